@@ -1,0 +1,137 @@
+"""Argument checks shared by every front door.
+
+One checker per kind of precondition; every message names the argument, says what was
+expected and echoes what came. All checks run before any work is done.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from . import _dtypes
+from ._coords import BILINEAR, BORDER, NEAREST, REFLECTION, ZEROS
+
+
+class VolsampleError(Exception):
+    """Base class of every error volsample raises on bad input."""
+
+
+class InvalidArgumentError(VolsampleError, ValueError):
+    """A value, shape, size or mode that the operator does not accept."""
+
+
+class UnsupportedDTypeError(VolsampleError, TypeError):
+    """An array of a dtype the operator does not accept, or of mixed dtypes."""
+
+
+MODES = {"bilinear": BILINEAR, "nearest": NEAREST}
+PADDING_MODES = {"zeros": ZEROS, "border": BORDER, "reflection": REFLECTION}
+LAYOUTS = ("NCDHW", "NDHWC")
+
+
+def _choice(name: str, value, table: dict):
+    if not isinstance(value, str) or value not in table:
+        raise InvalidArgumentError(
+            f"{name}: expected one of {', '.join(repr(k) for k in table)}, got {value!r}")
+    return table[value]
+
+
+def mode_code(mode) -> int:
+    """The kernel integer of an interpolation mode string."""
+    return _choice("mode", mode, MODES)
+
+
+def padding_code(padding_mode) -> int:
+    """The kernel integer of a padding mode string."""
+    return _choice("padding_mode", padding_mode, PADDING_MODES)
+
+
+def layout_name(layout) -> str:
+    if not isinstance(layout, str) or layout not in LAYOUTS:
+        raise InvalidArgumentError(f"layout: expected 'NCDHW' or 'NDHWC', got {layout!r}")
+    return layout
+
+
+def boolean(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise InvalidArgumentError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def output_mask(value) -> tuple[bool, bool]:
+    try:
+        items = tuple(value)
+    except TypeError:
+        items = None
+    if items is None or len(items) != 2 or not all(isinstance(v, (bool, np.bool_)) for v in items):
+        raise InvalidArgumentError(f"output_mask: expected a pair of bools, got {value!r}")
+    return bool(items[0]), bool(items[1])
+
+
+def array(name: str, value, ndim: int) -> np.ndarray:
+    """``value`` as a NumPy array of a supported floating dtype and rank ``ndim``."""
+    if not isinstance(value, np.ndarray):
+        if hasattr(value, "__array__") or isinstance(value, (list, tuple)):
+            value = np.asarray(value)
+        else:
+            raise UnsupportedDTypeError(f"{name}: expected a NumPy array, got {type(value).__name__}")
+    if value.dtype not in _dtypes.SUPPORTED:
+        raise UnsupportedDTypeError(
+            f"{name}: expected dtype float16, bfloat16, float32 or float64, got {value.dtype}")
+    if value.ndim != ndim:
+        raise InvalidArgumentError(
+            f"{name}: expected a {ndim}-D array, got {value.ndim}-D with shape {value.shape}")
+    return value
+
+
+def same_dtype(name: str, arr: np.ndarray, reference_name: str, reference: np.ndarray) -> None:
+    if arr.dtype != reference.dtype:
+        raise UnsupportedDTypeError(
+            f"{name}: expected dtype {reference.dtype} (the dtype of {reference_name}), got {arr.dtype}")
+
+
+def grid_dtype(grid: np.ndarray, volume: np.ndarray) -> None:
+    """A grid shares the volume's dtype, or is float32/float64 beside a 16-bit volume."""
+    if grid.dtype == volume.dtype:
+        return
+    if volume.dtype in _dtypes.SIXTEEN_BIT and grid.dtype in (_dtypes.FLOAT32, _dtypes.FLOAT64):
+        return
+    raise UnsupportedDTypeError(
+        f"grid: expected dtype {volume.dtype} (the dtype of input), or float32/float64 with a "
+        f"float16/bfloat16 input, got {grid.dtype}")
+
+
+def shape_equal(name: str, shape, expected, what: str) -> None:
+    if tuple(shape) != tuple(expected):
+        raise InvalidArgumentError(f"{name}: expected {what} {tuple(expected)}, got {tuple(shape)}")
+
+
+def nonempty_spatial(name: str, spatial) -> None:
+    if min(spatial) <= 0:
+        raise InvalidArgumentError(
+            f"{name}: expected non-empty spatial dimensions (D, H, W), got {tuple(spatial)}")
+
+
+def positive_int(name: str, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise InvalidArgumentError(f"{name}: expected a positive integer, got {type(value).__name__} {value!r}")
+    if value <= 0:
+        raise InvalidArgumentError(f"{name}: expected a positive integer, got {value}")
+    return int(value)
+
+
+def int_sequence(name: str, value, length: int, minimum: int) -> tuple[int, ...]:
+    """A tuple of ``length`` integers, each >= ``minimum``."""
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{name}: expected {length} integers, got {value!r}") from None
+    if len(items) != length:
+        raise InvalidArgumentError(f"{name}: expected {length} integers, got {len(items)}: {value!r}")
+    for v in items:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
+            raise InvalidArgumentError(f"{name}: expected integers, got {type(v).__name__} {v!r} in {value!r}")
+        if v < minimum:
+            raise InvalidArgumentError(f"{name}: expected integers >= {minimum}, got {v} in {value!r}")
+    return tuple(int(v) for v in items)

@@ -1,0 +1,73 @@
+"""Process-wide settings: CPU thread count and the deterministic flag.
+
+Numba's thread count is a per-thread setting, so every kernel launch re-applies ours
+(``parallel_launch``); that way a call from any Python thread honours
+``set_num_threads``.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+
+import numba
+
+# OpenMP and TBB let several Python threads launch parallel kernels at once; the
+# fallback 'workqueue' layer aborts the process on concurrent launches, so there we
+# serialise launches with a lock (see parallel_launch).
+if "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER_PRIORITY = ["omp", "tbb", "workqueue"]
+
+_MAX_THREADS = numba.config.NUMBA_NUM_THREADS
+_num_threads = _MAX_THREADS
+_deterministic = True
+_workqueue_lock = threading.Lock()
+
+
+def set_num_threads(n: int) -> None:
+    """Set how many CPU threads volsample kernels use (1 .. the machine's count)."""
+    global _num_threads
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__} {n!r}")
+    if not 1 <= n <= _MAX_THREADS:
+        raise ValueError(f"set_num_threads: n must be in [1, {_MAX_THREADS}], got {n}")
+    _num_threads = n
+
+
+def get_num_threads() -> int:
+    """The number of CPU threads volsample kernels use."""
+    return _num_threads
+
+
+def set_deterministic(flag: bool) -> None:
+    """Choose bitwise-reproducible GPU reductions (True, the default) or atomics (False).
+
+    The CPU path is always deterministic; this flag only changes GPU backward kernels.
+    """
+    global _deterministic
+    if not isinstance(flag, (bool, int)):
+        raise TypeError(f"set_deterministic: flag must be a bool, got {type(flag).__name__} {flag!r}")
+    _deterministic = bool(flag)
+
+
+def get_deterministic() -> bool:
+    """Whether GPU backward kernels must be bitwise reproducible."""
+    return _deterministic
+
+
+def _layer_is_threadsafe() -> bool:
+    try:
+        return numba.threading_layer() != "workqueue"
+    except ValueError:  # no parallel kernel has run yet, so the layer is not chosen
+        return False
+
+
+@contextlib.contextmanager
+def parallel_launch():
+    """Context for one parallel kernel launch: applies the thread count, and locks if needed."""
+    numba.set_num_threads(_num_threads)
+    if _layer_is_threadsafe():
+        yield
+    else:
+        with _workqueue_lock:
+            yield

@@ -1,0 +1,166 @@
+"""3-D grid sampling: ``grid_sample_3d`` and its backward, ``grid_sample_3d_backward``.
+
+The NumPy front door of the operator family of ``torch.nn.functional.grid_sample`` on 5-D
+inputs and of CANN's ``aclnnGridSampler3DBackward``. Semantics: SPEC §2.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _checks, _config, _dtypes, _layout
+from ._numba import grid_sample as _kernels
+from ._numba._memory import flat
+
+
+def _validate(input, grid, mode, padding_mode, align_corners, layout):
+    """Check the arguments every grid-sampling call shares; return them normalised."""
+    layout = _checks.layout_name(layout)
+    mode_code = _checks.mode_code(mode)
+    padding_code = _checks.padding_code(padding_mode)
+    align_corners = _checks.boolean("align_corners", align_corners)
+    input = _checks.array("input", input, 5)
+    grid = _checks.array("grid", grid, 5)
+    _checks.grid_dtype(grid, input)
+    volume = _layout.logical(input, layout)
+    if grid.shape[-1] != 3:
+        raise _checks.InvalidArgumentError(
+            f"grid: expected last dimension 3 (x, y, z), got shape {grid.shape}")
+    if grid.shape[0] != volume.shape[0]:
+        raise _checks.InvalidArgumentError(
+            f"grid: expected batch size {volume.shape[0]} (input's N), got shape {grid.shape}")
+    _checks.nonempty_spatial("input", volume.shape[2:])
+    return volume, grid, mode_code, padding_code, align_corners, layout
+
+
+def _shapes(volume, grid):
+    return np.array(volume.shape, np.int64), np.array(grid.shape[1:4], np.int64)
+
+
+def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False,
+                   *, layout="NCDHW"):
+    """Sample a volume at the points of a grid (trilinear or nearest).
+
+    Parameters
+    ----------
+    input : ndarray, shape (N, C, Di, Hi, Wi), or (N, Di, Hi, Wi, C) with ``layout="NDHWC"``
+        The volume; float16, bfloat16 (``ml_dtypes.bfloat16``), float32 or float64, any strides.
+    grid : ndarray, shape (N, Do, Ho, Wo, 3)
+        Normalised sample coordinates (x, y, z) in [-1, 1]; x indexes W, y H and z D.
+        Same dtype as ``input``, or float32/float64 beside a 16-bit ``input``.
+    mode : {"bilinear", "nearest"}
+        "bilinear" is trilinear interpolation of the 8 neighbours; "nearest" rounds half to even.
+    padding_mode : {"zeros", "border", "reflection"}
+        What points outside the volume read.
+    align_corners : bool
+        True: -1 and +1 are the centres of the corner voxels; False: their outer edges.
+    layout : {"NCDHW", "NDHWC"}
+        Memory order of ``input`` and of the result.
+
+    Returns
+    -------
+    ndarray, shape (N, C, Do, Ho, Wo) (or NDHWC), dtype of ``input``.
+
+    Notes
+    -----
+    16-bit inputs are computed in float32 and rounded once. A grid point with a NaN or
+    infinite coordinate reads 0 in every padding mode.
+
+    Examples
+    --------
+    >>> import numpy as np, volsample
+    >>> volume = np.arange(8, dtype=np.float32).reshape(1, 1, 2, 2, 2)
+    >>> centre = np.zeros((1, 1, 1, 1, 3), np.float32)
+    >>> volsample.grid_sample_3d(volume, centre, align_corners=True).ravel()
+    array([3.5], dtype=float32)
+    """
+    volume, grid, mode_code, padding_code, align_corners, layout = _validate(
+        input, grid, mode, padding_mode, align_corners, layout)
+    N, C = volume.shape[:2]
+    out_logical = (N, C) + grid.shape[1:4]
+    compute = _dtypes.compute_dtype(input.dtype, grid.dtype)
+    out = _layout.empty(out_logical, compute, layout)
+    if out.size:
+        in_shape, out_shape = _shapes(volume, grid)
+        inp_b, inp_o, inp_s = flat(_dtypes.as_compute(volume, compute))
+        grid_b, grid_o, grid_s = flat(_dtypes.as_compute(grid, compute))
+        out_b, out_o, out_s = flat(out)
+        with _config.parallel_launch():
+            _kernels.forward(inp_b, inp_o, inp_s, grid_b, grid_o, grid_s, out_b, out_o, out_s,
+                             in_shape, out_shape, mode_code, padding_code, align_corners)
+    return _layout.physical(out, layout).astype(input.dtype, copy=False)
+
+
+def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_mode="zeros",
+                            align_corners=False, output_mask=(True, True), *, layout="NCDHW"):
+    """Gradients of ``grid_sample_3d`` with respect to ``input`` and ``grid``.
+
+    Parameters
+    ----------
+    grad_output : ndarray, shape (N, C, Do, Ho, Wo) (or NDHWC), dtype of ``input``
+        Gradient of the loss with respect to the forward's result.
+    input, grid, mode, padding_mode, align_corners, layout
+        As for ``grid_sample_3d``.
+    output_mask : (bool, bool)
+        Which of (grad_input, grad_grid) to compute; one not asked for is returned as None
+        and costs nothing.
+
+    Returns
+    -------
+    (grad_input, grad_grid) : ndarray or None
+        ``grad_input`` has ``input``'s shape, dtype and layout; ``grad_grid`` has ``grid``'s.
+
+    Notes
+    -----
+    Deterministic: the result is bitwise identical for every thread count (the input
+    gradient is gathered per input plane, with no atomics). ``grad_grid`` is exactly 0
+    for nearest sampling and for non-finite grid points.
+    """
+    volume, grid, mode_code, padding_code, align_corners, layout = _validate(
+        input, grid, mode, padding_mode, align_corners, layout)
+    want_input, want_grid = _checks.output_mask(output_mask)
+    grad_output = _checks.array("grad_output", grad_output, 5)
+    _checks.same_dtype("grad_output", grad_output, "input", input)
+    gout = _layout.logical(grad_output, layout)
+    N, C = volume.shape[:2]
+    _checks.shape_equal("grad_output", grad_output.shape,
+                        _layout.physical_shape((N, C) + grid.shape[1:4], layout),
+                        f"shape (the forward's output shape, {layout})")
+
+    compute = _dtypes.compute_dtype(input.dtype, grid.dtype)
+    grad_input = _layout.empty(volume.shape, compute, layout, zero=True) if want_input else None
+    grad_grid = np.zeros(grid.shape, compute) if want_grid else None
+    points = int(np.prod(grid.shape[:4]))
+    if (want_input or want_grid) and points and C:
+        _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, padding_code,
+                  align_corners)
+    if grad_input is not None:
+        grad_input = _layout.physical(grad_input, layout).astype(input.dtype, copy=False)
+    if grad_grid is not None:
+        grad_grid = grad_grid.astype(grid.dtype, copy=False)
+    return grad_input, grad_grid
+
+
+def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, padding_code,
+              align_corners):
+    want_input, want_grid = grad_input is not None, grad_grid is not None
+    N, C, D = volume.shape[:3]
+    points = int(np.prod(grid.shape[:4]))
+    in_shape, out_shape = _shapes(volume, grid)
+    go_b, go_o, go_s = flat(_dtypes.as_compute(gout, compute))
+    in_b, in_o, in_s = flat(_dtypes.as_compute(volume, compute))
+    grid_b, grid_o, grid_s = flat(_dtypes.as_compute(grid, compute))
+    # Workspace of the input gradient: padded coordinates and bucket key of every point.
+    coords = np.empty((points, 3) if want_input else (1, 3), compute)
+    keys = np.empty(points if want_input else 1, np.int64)
+    grad_grid_rows = grad_grid.reshape(points, 3) if want_grid else np.empty((1, 3), compute)
+    with _config.parallel_launch():
+        _kernels.backward_points(go_b, go_o, go_s, in_b, in_o, in_s, grid_b, grid_o, grid_s,
+                                 grad_grid_rows, coords, keys, in_shape, out_shape, mode_code,
+                                 padding_code, align_corners, want_input, want_grid)
+        if want_input:
+            n_buckets = N * (D + 1)  # first planes -1 .. D-1 of each batch
+            n_chunks = max(1, min(4 * _config.get_num_threads(), points // 4096))
+            order, starts = _kernels.stable_bucket_order(keys, n_buckets, n_chunks)
+            gi_b, gi_o, gi_s = flat(grad_input)
+            _kernels.backward_input(go_b, go_o, go_s, gi_b, gi_o, gi_s, coords, order, starts,
+                                    in_shape, out_shape, mode_code)
