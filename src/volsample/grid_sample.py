@@ -164,3 +164,35 @@ def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, pad
             gi_b, gi_o, gi_s = flat(grad_input)
             _kernels.backward_input(go_b, go_o, go_s, gi_b, gi_o, gi_s, coords, order, starts,
                                     in_shape, out_shape, mode_code)
+
+
+def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
+                              output_mask=(True, True), threads=None):
+    """Bytes of scratch memory ``grid_sample_3d_backward`` allocates beyond its results.
+
+    ``input_shape`` is logical (N, C, D, H, W); ``grid_shape`` is (N, Do, Ho, Wo, 3). It
+    counts the compute-precision copies of 16-bit operands and accumulators, and the input
+    gradient's per-point coordinates, bucket keys, point order and bucket tables (an upper
+    bound for the order, which holds only the points that touch the volume).
+    """
+    dtype = np.dtype(dtype)
+    grid_dtype = np.dtype(grid_dtype if grid_dtype is not None else dtype)
+    want_input, want_grid = output_mask
+    compute = _dtypes.compute_dtype(dtype, grid_dtype)
+    N, C, D = (int(v) for v in input_shape[:3])
+    volume = int(np.prod(input_shape))
+    points = int(np.prod(grid_shape[:4]))
+    if not (want_input or want_grid) or points == 0 or C == 0:
+        return 0
+    total = 0
+    if dtype != compute:  # converted grad_output and input, and the input-gradient accumulator
+        total += (C * points + volume + (volume if want_input else 0)) * compute.itemsize
+    if grid_dtype != compute:  # converted grid and grid-gradient accumulator
+        total += (points * 3 * (2 if want_grid else 1)) * compute.itemsize
+    if want_input:
+        threads = threads or _config.get_num_threads()
+        n_chunks = max(1, min(4 * threads, points // 4096))
+        n_buckets = N * (D + 1)
+        total += points * (3 * compute.itemsize + 8 + 8)  # coordinates, keys, order
+        total += (n_chunks * n_buckets + n_buckets + 1) * 8  # counts and starts
+    return int(total)
