@@ -1,0 +1,47 @@
+"""Shared test utilities: verbose comparisons and NumPy <-> torch conversion (bfloat16 too)."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+SIXTEEN_BIT = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def assert_close(name, actual, expected, rtol, atol):
+    """Compare arrays elementwise; on failure name the tensor and count the mismatches."""
+    actual = np.asarray(actual, np.float64)
+    expected = np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, f"{name}: shape {actual.shape} != {expected.shape}"
+    bad = ~np.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    if bad.any():
+        where = np.argwhere(bad)[0]
+        raise AssertionError(
+            f"{name}: {int(bad.sum())} of {bad.size} elements differ (rtol={rtol}, atol={atol}); "
+            f"first at {tuple(where)}: {actual[tuple(where)]!r} vs {expected[tuple(where)]!r}; "
+            f"max abs diff {np.nanmax(np.abs(actual - expected)):.3g}")
+
+
+def assert_bitwise_equal(name, a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape, f"{name}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
+    same = a.view(np.uint8) == b.view(np.uint8)
+    assert same.all(), f"{name}: {int((~same).sum())} bytes differ"
+
+
+def torch_tensor(arr):
+    """A torch tensor with the values of a NumPy array (bfloat16 kept as bfloat16)."""
+    import torch
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype == np.dtype(ml_dtypes.bfloat16):
+        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(arr.copy())
+
+
+def numpy_array(tensor):
+    """A NumPy array with the values of a torch tensor (bfloat16 kept as bfloat16)."""
+    import torch
+    tensor = tensor.detach().cpu().contiguous()
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+    return tensor.numpy().copy()
