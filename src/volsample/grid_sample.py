@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _checks, _config, _dtypes, _layout
-from ._numba import grid_sample as _kernels
+from ._numba.grid_sample import kernels as _kernels
 from ._numba._memory import flat
 
 
@@ -33,7 +33,8 @@ def _validate(input, grid, mode, padding_mode, align_corners, layout):
 
 
 def _shapes(volume, grid):
-    return np.array(volume.shape, np.int64), np.array(grid.shape[1:4], np.int64)
+    """Logical input shape and output spatial shape, as tuples (kernel arguments)."""
+    return tuple(volume.shape), tuple(grid.shape[1:4])
 
 
 def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False,
@@ -84,9 +85,10 @@ def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_cor
         inp_b, inp_o, inp_s = flat(_dtypes.as_compute(volume, compute))
         grid_b, grid_o, grid_s = flat(_dtypes.as_compute(grid, compute))
         out_b, out_o, out_s = flat(out)
+        forward = _kernels(mode_code, padding_code, align_corners).forward
         with _config.parallel_launch():
-            _kernels.forward(inp_b, inp_o, inp_s, grid_b, grid_o, grid_s, out_b, out_o, out_s,
-                             in_shape, out_shape, mode_code, padding_code, align_corners)
+            forward(inp_b, inp_o, inp_s, grid_b, grid_o, grid_s, out_b, out_o, out_s,
+                    in_shape, out_shape)
     return _layout.physical(out, layout).astype(input.dtype, copy=False)
 
 
@@ -149,21 +151,32 @@ def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, pad
     go_b, go_o, go_s = flat(_dtypes.as_compute(gout, compute))
     in_b, in_o, in_s = flat(_dtypes.as_compute(volume, compute))
     grid_b, grid_o, grid_s = flat(_dtypes.as_compute(grid, compute))
-    # Workspace of the input gradient: padded coordinates and bucket key of every point.
-    coords = np.empty((points, 3) if want_input else (1, 3), compute)
-    keys = np.empty(points if want_input else 1, np.int64)
+    gi_b, gi_o, gi_s = flat(grad_input if want_input else np.zeros((1,) * 5, compute))
     grad_grid_rows = grad_grid.reshape(points, 3) if want_grid else np.empty((1, 3), compute)
+    threads = _config.get_num_threads()
+    keys = np.empty(points, np.int64)
+    counts = np.zeros((_n_chunks(points, threads), N * D), np.int64)
+    kernels = _kernels(mode_code, padding_code, align_corners)
     with _config.parallel_launch():
-        _kernels.backward_points(go_b, go_o, go_s, in_b, in_o, in_s, grid_b, grid_o, grid_s,
-                                 grad_grid_rows, coords, keys, in_shape, out_shape, mode_code,
-                                 padding_code, align_corners, want_input, want_grid)
-        if want_input:
-            n_buckets = N * (D + 1)  # first planes -1 .. D-1 of each batch
-            n_chunks = max(1, min(4 * _config.get_num_threads(), points // 4096))
-            order, starts = _kernels.stable_bucket_order(keys, n_buckets, n_chunks)
-            gi_b, gi_o, gi_s = flat(grad_input)
-            _kernels.backward_input(go_b, go_o, go_s, gi_b, gi_o, gi_s, coords, order, starts,
-                                    in_shape, out_shape, mode_code)
+        kernels.plane_keys(grid_b, grid_o, grid_s, keys, counts, in_shape, out_shape)
+        slabs = _slab_bounds(counts.sum(axis=0), threads)
+        kernels.backward(go_b, go_o, go_s, in_b, in_o, in_s, grid_b, grid_o, grid_s,
+                         gi_b, gi_o, gi_s, grad_grid_rows, keys, slabs, in_shape, out_shape,
+                         want_input, want_grid)
+
+
+def _n_chunks(points, threads):
+    return max(1, min(4 * threads, points // 4096))
+
+
+def _slab_bounds(points_per_plane, n_slabs):
+    """Split the input planes into ``n_slabs`` runs holding about equal numbers of points
+    (the work), as boundaries [0, ..., planes]. Any split gives the same bits."""
+    planes = len(points_per_plane)
+    cumulative = np.cumsum(points_per_plane)
+    targets = cumulative[-1] * np.arange(1, n_slabs) / n_slabs
+    inner = np.searchsorted(cumulative, targets, side="right")
+    return np.unique(np.concatenate(([0], inner, [planes]))).astype(np.int64)
 
 
 def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
@@ -171,9 +184,8 @@ def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
     """Bytes of scratch memory ``grid_sample_3d_backward`` allocates beyond its results.
 
     ``input_shape`` is logical (N, C, D, H, W); ``grid_shape`` is (N, Do, Ho, Wo, 3). It
-    counts the compute-precision copies of 16-bit operands and accumulators, and the input
-    gradient's per-point coordinates, bucket keys, point order and bucket tables (an upper
-    bound for the order, which holds only the points that touch the volume).
+    counts the compute-precision copies of 16-bit operands and accumulators, the per-point
+    plane keys and the plane histograms that split the work into slabs.
     """
     dtype = np.dtype(dtype)
     grid_dtype = np.dtype(grid_dtype if grid_dtype is not None else dtype)
@@ -189,10 +201,8 @@ def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
         total += (C * points + volume + (volume if want_input else 0)) * compute.itemsize
     if grid_dtype != compute:  # converted grid and grid-gradient accumulator
         total += (points * 3 * (2 if want_grid else 1)) * compute.itemsize
-    if want_input:
-        threads = threads or _config.get_num_threads()
-        n_chunks = max(1, min(4 * threads, points // 4096))
-        n_buckets = N * (D + 1)
-        total += points * (3 * compute.itemsize + 8 + 8)  # coordinates, keys, order
-        total += (n_chunks * n_buckets + n_buckets + 1) * 8  # counts and starts
+    threads = threads or _config.get_num_threads()
+    total += points * 8  # plane keys
+    total += (_n_chunks(points, threads) + 1) * N * D * 8  # plane histograms
+    total += (threads + 1) * 8  # slab bounds
     return int(total)

@@ -1,7 +1,7 @@
 """Hand arrays of any strides to kernels as flat buffers.
 
 Kernels take a 1-D buffer, the element offset of element [0, ..., 0] in it and the element
-strides. That one signature serves contiguous arrays, channels-last views, slices and
+strides (a tuple). That one signature serves contiguous arrays, channels-last views, slices and
 negative strides alike, so each kernel compiles once per dtype.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ def flat(arr: np.ndarray):
     if arr.size == 0 or any(s % itemsize for s in arr.strides):
         arr = np.ascontiguousarray(arr)
         if arr.size == 0:
-            return np.empty(1, arr.dtype), 0, np.zeros(arr.ndim, np.int64)
+            return np.empty(1, arr.dtype), 0, (0,) * arr.ndim
     strides = np.array([s // itemsize for s in arr.strides], np.int64)
     # Flip negative-stride axes: the view then starts at the lowest address in use.
     lowest = arr[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in strides)]
@@ -24,4 +24,6 @@ def flat(arr: np.ndarray):
     offset = int(-(extent * strides)[strides < 0].sum())
     span = int((extent * np.abs(strides)).sum()) + 1
     buffer = as_strided(lowest, shape=(span,), strides=(itemsize,), writeable=arr.flags.writeable)
-    return buffer, offset, strides
+    # Strides travel as a tuple: values the compiler keeps in registers, where an array
+    # would be reloaded after every store the kernel makes.
+    return buffer, offset, tuple(int(s) for s in strides)

@@ -2,17 +2,23 @@
 
 Volumes arrive as flat buffers with an element offset and strides in logical
 (N, C, D, H, W) order (see ``_memory.flat``); grids likewise in (N, D, H, W, 3) order.
-One helper, ``_corners``, turns a sample point into a short table of in-bounds corners;
-every kernel loops over that table, so bilinear and nearest share all the code.
+Two helpers describe a sample point: ``_taps`` gives, per axis, the lowest tap and the two
+interpolation weights, and ``_corner`` gives corner k's offset, weight and the weight's
+derivatives. Corners come in PyTorch's order tnw, tne, tsw, tse, bnw, bne, bsw, bse
+(x fastest); nearest sampling is the one-corner case of the same loops.
 
-Determinism: the forward and the grid gradient are parallel over output rows and write
-only their own points. The input gradient is a scatter, so it is computed as a gather
-over input planes: points are bucketed (stably) by the first input plane they touch, and
-each input plane (n, z) is owned by one loop iteration, which adds the contributions of
-its points in increasing point order. No two iterations write the same element, and each
-element receives its terms in the same order for every thread count.
+Determinism. The forward writes each output point from one iteration. The backward's input
+gradient is a scatter: it is made race-free by giving each parallel iteration a slab of
+input planes (n, z) that only it writes. Every iteration walks all points in increasing
+order and adds the corners that fall in its slab, so each input element receives its terms
+in increasing point order whatever the slabs are: the result is bitwise the same for every
+thread count. The grid gradient of a point is computed once, by the slab holding the
+point's first plane.
 """
 from __future__ import annotations
+
+import functools
+import types
 
 import numpy as np
 from numba import njit, prange
@@ -20,213 +26,206 @@ from numba import njit, prange
 from .._coords import NEAREST, source_index, typed
 
 
-@njit(cache=True)
-def _corners(mode, ix, iy, iz, D, H, W, sz, sy, sx, off, zc, w, gx, gy, gz):
-    """Fill the tables of one sample point's in-bounds corners; return how many there are.
-
-    ``off`` is each corner's element offset for strides (sz, sy, sx), ``zc`` its plane,
-    ``w`` its interpolation weight and ``gx``, ``gy``, ``gz`` the weight's derivatives with
-    respect to ix, iy, iz. Corners come in PyTorch's order tnw, tne, tsw, tse, bnw, bne,
-    bsw, bse (x fastest). Coordinates must be finite.
-    """
-    zero = typed(0, ix)
-    one = typed(1, ix)
-    if mode == NEAREST:
-        x, y, z = np.rint(ix), np.rint(iy), np.rint(iz)  # half to even, as std::nearbyint
-        if not (x >= 0 and x < W and y >= 0 and y < H and z >= 0 and z < D):
-            return 0
-        xi, yi, zi = np.int64(x), np.int64(y), np.int64(z)
-        off[0] = zi * sz + yi * sy + xi * sx
-        zc[0] = zi
-        w[0] = one
-        gx[0] = gy[0] = gz[0] = zero
-        return 1
-    if not (ix > -1 and ix < W and iy > -1 and iy < H and iz > -1 and iz < D):
-        return 0  # all eight corners are outside (this also drops NaN)
-    fx, fy, fz = np.floor(ix), np.floor(iy), np.floor(iz)
-    x0, y0, z0 = np.int64(fx), np.int64(fy), np.int64(fz)
-    # Weights of the low and high corner along each axis, as PyTorch forms them.
-    wx = ((fx + one) - ix, ix - fx)
-    wy = ((fy + one) - iy, iy - fy)
-    wz = ((fz + one) - iz, iz - fz)
-    sign = (-one, one)
-    count = 0
-    for k in range(8):
-        dx, dy, dz = k & 1, (k >> 1) & 1, k >> 2
-        x, y, z = x0 + dx, y0 + dy, z0 + dz
-        if x >= 0 and x < W and y >= 0 and y < H and z >= 0 and z < D:
-            off[count] = z * sz + y * sy + x * sx
-            zc[count] = z
-            w[count] = wx[dx] * wy[dy] * wz[dz]
-            gx[count] = sign[dx] * wy[dy] * wz[dz]
-            gy[count] = sign[dy] * wx[dx] * wz[dz]
-            gz[count] = sign[dz] * wx[dx] * wy[dy]
-            count += 1
-    return count
+@njit(cache=True, inline="always")
+def _taps(i, size, nearest):
+    """Lowest tap along one axis, the weights of the low and high taps, and whether any
+    tap lies inside [0, size). Range checks run in floating point, so NaN and huge
+    coordinates never reach an integer conversion."""
+    one, zero = typed(1, i), typed(0, i)
+    if nearest:
+        f = np.rint(i)  # half to even, as std::nearbyint
+        inside = (f >= 0) & (f < size)
+        return inside, np.int64(f) if inside else np.int64(0), one, zero
+    f = np.floor(i)
+    inside = (f >= -1) & (f < size)
+    return inside, np.int64(f) if inside else np.int64(0), (f + one) - i, i - f
 
 
-@njit(cache=True)
-def _source(grid, g, gs4, D, H, W, padding_mode, align_corners):
-    """Padded voxel coordinates of the grid point at ``grid[g]``, their derivatives, and
-    whether the point is finite (a non-finite point contributes nothing)."""
-    cx, cy, cz = grid[g], grid[g + gs4], grid[g + 2 * gs4]
-    if not (np.isfinite(cx) and np.isfinite(cy) and np.isfinite(cz)):
-        return cx, cy, cz, cx, cy, cz, False
+@njit(cache=True, inline="always")
+def _corner(k, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, D, H, W):
+    """Corner k of a point: (in bounds, x, y, z, weight, and the weight's derivatives with
+    respect to ix, iy and iz)."""
+    dx, dy, dz = k & 1, (k >> 1) & 1, k >> 2
+    x, y, z = x0 + dx, y0 + dy, z0 + dz
+    inside = (x >= 0) & (x < W) & (y >= 0) & (y < H) & (z >= 0) & (z < D)
+    wx = wx1 if dx else wx0
+    wy = wy1 if dy else wy0
+    wz = wz1 if dz else wz0
+    dwx = wy * wz if dx else -(wy * wz)
+    dwy = wx * wz if dy else -(wx * wz)
+    dwz = wx * wy if dz else -(wx * wy)
+    return inside, x, y, z, wx * wy * wz, dwx, dwy, dwz
+
+
+@njit(cache=True, inline="always")
+def _point(grid, g, gs, D, H, W, nearest, padding_mode, align_corners):
+    """Everything about the grid point at ``grid[g]`` (channel stride ``gs``): whether it
+    touches the volume, its taps, whether all its corners are inside, and the derivatives
+    of (ix, iy, iz) with respect to the grid. Non-finite points touch nothing."""
+    cx, cy, cz = grid[g], grid[g + gs], grid[g + 2 * gs]
+    zero = typed(0, cx)
+    if not (np.isfinite(cx) & np.isfinite(cy) & np.isfinite(cz)):
+        return False, False, 0, 0, 0, zero, zero, zero, zero, zero, zero, zero, zero, zero
     ix, mx = source_index(cx, W, padding_mode, align_corners)
     iy, my = source_index(cy, H, padding_mode, align_corners)
     iz, mz = source_index(cz, D, padding_mode, align_corners)
-    return ix, iy, iz, mx, my, mz, True
+    in_x, x0, wx0, wx1 = _taps(ix, W, nearest)
+    in_y, y0, wy0, wy1 = _taps(iy, H, nearest)
+    in_z, z0, wz0, wz1 = _taps(iz, D, nearest)
+    touches = in_x & in_y & in_z
+    interior = touches & (nearest | ((x0 >= 0) & (x0 < W - 1) & (y0 >= 0) & (y0 < H - 1)
+                                     & (z0 >= 0) & (z0 < D - 1)))
+    return touches, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, mx, my, mz
 
 
-@njit(cache=True)
-def _scratch(dtype):
-    return (np.empty(8, np.int64), np.empty(8, np.int64), np.empty(8, dtype),
-            np.empty(8, dtype), np.empty(8, dtype), np.empty(8, dtype))
+@njit(cache=True, inline="always")
+def _trilinear(inp, base, st, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, D, H, W):
+    """Weighted sum of a point's in-bounds corners in the channel starting at ``inp[base]``."""
+    acc = typed(0, wx0)
+    if interior:  # the common case, in a loop of its own so that it compiles branch-free
+        for k in range(8):
+            _, x, y, z, weight, _, _, _ = _corner(k, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1,
+                                                  D, H, W)
+            acc += inp[base + z * st[2] + y * st[3] + x * st[4]] * weight
+    else:
+        for k in range(8):
+            inside, x, y, z, weight, _, _, _ = _corner(k, x0, y0, z0, wx0, wx1, wy0, wy1, wz0,
+                                                       wz1, D, H, W)
+            if inside:
+                acc += inp[base + z * st[2] + y * st[3] + x * st[4]] * weight
+    return acc
 
 
-@njit(parallel=True, cache=True)
-def forward(inp, i_off, i_st, grid, g_off, g_st, out, o_off, o_st,
-            in_shape, out_shape, mode, padding_mode, align_corners):
-    N, C, D, H, W = in_shape[0], in_shape[1], in_shape[2], in_shape[3], in_shape[4]
-    Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
-    for r in prange(N * Do * Ho):  # each row writes only its own output points
-        row = np.int64(r)  # prange indices may be unsigned; mixed with int64 they turn float
-        off, zc, w, gx, gy, gz = _scratch(out.dtype)
-        n, dh = divmod(row, Do * Ho)
-        d, h = divmod(dh, Ho)
-        g_row = g_off + n * g_st[0] + d * g_st[1] + h * g_st[2]
-        o_row = o_off + n * o_st[0] + d * o_st[2] + h * o_st[3]
-        i_n = i_off + n * i_st[0]
-        for x_out in range(Wo):
-            ix, iy, iz, _, _, _, finite = _source(grid, g_row + x_out * g_st[3], g_st[4],
-                                                  D, H, W, padding_mode, align_corners)
-            count = 0
-            if finite:
-                count = _corners(mode, ix, iy, iz, D, H, W, i_st[2], i_st[3], i_st[4],
-                                 off, zc, w, gx, gy, gz)
-            o = o_row + x_out * o_st[4]
+@njit(cache=True, inline="always")
+def _backward_point(gout, go, go_c, inp, i_n, i_st, gin, gi_n, gi_st, C, corners, interior,
+                    x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, D, H, W, plane0, lo, hi,
+                    scatter, gather):
+    """Scatter one point's grad_output into the corners on planes [lo, hi) (if ``scatter``)
+    and return d(loss)/d(ix, iy, iz) (if ``gather``). ``corners`` is a constant 1 or 8."""
+    sx = sy = sz = typed(0, wx0)
+    for k in range(corners):
+        inside, x, y, z, weight, dwx, dwy, dwz = _corner(k, x0, y0, z0, wx0, wx1, wy0, wy1,
+                                                         wz0, wz1, D, H, W)
+        if not (interior or inside):
+            continue
+        if gather:
+            offset = z * i_st[2] + y * i_st[3] + x * i_st[4]
+            dot = typed(0, wx0)  # sum over channels of value * grad_output
             for c in range(C):
-                base = i_n + c * i_st[1]
-                acc = typed(0, ix)
-                for j in range(count):
-                    acc += inp[base + off[j]] * w[j]
-                out[o + c * o_st[1]] = acc
+                dot += inp[i_n + c * i_st[1] + offset] * gout[go + c * go_c]
+            sx += dwx * dot
+            sy += dwy * dot
+            sz += dwz * dot
+        plane = plane0 + z
+        if scatter and plane >= lo and plane < hi:
+            offset = z * gi_st[2] + y * gi_st[3] + x * gi_st[4]
+            for c in range(C):
+                gin[gi_n + c * gi_st[1] + offset] += gout[go + c * go_c] * weight
+    return sx, sy, sz
 
 
-@njit(parallel=True, cache=True)
-def backward_points(gout, go_off, go_st, inp, i_off, i_st, grid, g_off, g_st,
-                    grad_grid, coords, keys, in_shape, out_shape, mode, padding_mode,
-                    align_corners, need_input_grad, need_grid_grad):
-    """Per-point pass: the grid gradient, and for the input gradient each point's padded
-    coordinates and bucket key (first input plane it touches; -1 for none)."""
-    N, C, D, H, W = in_shape[0], in_shape[1], in_shape[2], in_shape[3], in_shape[4]
-    Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
-    for r in prange(N * Do * Ho):  # each row writes only its own points' entries
-        row = np.int64(r)
-        off, zc, w, gx, gy, gz = _scratch(grad_grid.dtype)
-        n, dh = divmod(row, Do * Ho)
-        d, h = divmod(dh, Ho)
-        g_row = g_off + n * g_st[0] + d * g_st[1] + h * g_st[2]
-        go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
-        i_n = i_off + n * i_st[0]
-        for x_out in range(Wo):
-            p = row * Wo + x_out
-            ix, iy, iz, mx, my, mz, finite = _source(grid, g_row + x_out * g_st[3], g_st[4],
-                                                     D, H, W, padding_mode, align_corners)
-            count = 0
-            if finite:
-                count = _corners(mode, ix, iy, iz, D, H, W, i_st[2], i_st[3], i_st[4],
-                                 off, zc, w, gx, gy, gz)
-            if need_input_grad:
-                keys[p] = -1
-                if count > 0:
-                    coords[p, 0], coords[p, 1], coords[p, 2] = ix, iy, iz
-                    first_plane = zc[0] if mode == NEAREST else np.int64(np.floor(iz))
-                    keys[p] = n * (D + 1) + first_plane + 1
-            if need_grid_grad:
-                sx = sy = sz = typed(0, ix)
-                if mode != NEAREST:
-                    go = go_row + x_out * go_st[4]
+
+@functools.cache
+def kernels(mode, padding_mode, align_corners):
+    """The forward, plane-key and backward kernels for one choice of (mode, padding_mode,
+    align_corners). Numba sees the three as compile-time constants, so every kernel is
+    compiled branch-free for its modes (runtime mode switches cost ~3x in the inner loop);
+    each variant is compiled on first use and cached on disk."""
+    nearest = mode == NEAREST
+    corners = 1 if nearest else 8
+
+    @njit(parallel=True, cache=True)
+    def forward(inp, i_off, i_st, grid, g_off, g_st, out, o_off, o_st,
+                in_shape, out_shape):
+        N, C, D, H, W = in_shape[0], in_shape[1], in_shape[2], in_shape[3], in_shape[4]
+        Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
+        for r in prange(N * Do * Ho):  # each row writes only its own output points
+            row = np.int64(r)  # prange indices may be unsigned; mixed with int64 they turn float
+            n, dh = divmod(row, Do * Ho)
+            d, h = divmod(dh, Ho)
+            g_row = g_off + n * g_st[0] + d * g_st[1] + h * g_st[2]
+            o_row = o_off + n * o_st[0] + d * o_st[2] + h * o_st[3]
+            i_n = i_off + n * i_st[0]
+            for w in range(Wo):
+                (touches, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, _, _, _) = _point(
+                    grid, g_row + w * g_st[3], g_st[4], D, H, W, nearest, padding_mode, align_corners)
+                o = o_row + w * o_st[4]
+                nearest_offset = z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4]
+                if not touches:
                     for c in range(C):
-                        base = i_n + c * i_st[1]
-                        tx = ty = tz = typed(0, ix)
-                        for j in range(count):
-                            v = inp[base + off[j]]
-                            tx += v * gx[j]
-                            ty += v * gy[j]
-                            tz += v * gz[j]
-                        g = gout[go + c * go_st[1]]
-                        sx += tx * g
-                        sy += ty * g
-                        sz += tz * g
-                grad_grid[p, 0] = mx * sx if finite else typed(0, ix)
-                grad_grid[p, 1] = my * sy if finite else typed(0, ix)
-                grad_grid[p, 2] = mz * sz if finite else typed(0, ix)
+                        out[o + c * o_st[1]] = 0
+                elif nearest:  # the single corner, copied exactly
+                    for c in range(C):
+                        out[o + c * o_st[1]] = inp[i_n + c * i_st[1] + nearest_offset]
+                else:
+                    for c in range(C):
+                        out[o + c * o_st[1]] = _trilinear(inp, i_n + c * i_st[1], i_st, interior,
+                                                          x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1,
+                                                          D, H, W)
 
 
-@njit(parallel=True, cache=True)
-def stable_bucket_order(keys, n_buckets, n_chunks):
-    """Counting sort: point indices grouped by key (keys < 0 dropped), stable within a
-    bucket, and each bucket's start. The result is unique, so it does not depend on
-    ``n_chunks`` or on the thread count."""
-    P = keys.shape[0]
-    chunk = (P + n_chunks - 1) // n_chunks
-    counts = np.zeros((n_chunks, n_buckets), np.int64)
-    for k in prange(n_chunks):  # each chunk counts into its own row
-        for p in range(k * chunk, min(P, (k + 1) * chunk)):
-            if keys[p] >= 0:
-                counts[k, keys[p]] += 1
-    starts = np.empty(n_buckets + 1, np.int64)
-    total = 0
-    for b in range(n_buckets):
-        starts[b] = total
-        for k in range(n_chunks):
-            c = counts[k, b]
-            counts[k, b] = total  # becomes chunk k's next write position in bucket b
-            total += c
-    starts[n_buckets] = total
-    order = np.empty(total, np.int64)
-    for k in prange(n_chunks):  # chunks write disjoint, precomputed positions
-        for p in range(k * chunk, min(P, (k + 1) * chunk)):
-            b = keys[p]
-            if b >= 0:
-                order[counts[k, b]] = p
-                counts[k, b] += 1
-    return order, starts
+    @njit(parallel=True, cache=True)
+    def plane_keys(grid, g_off, g_st, keys, counts, in_shape, out_shape):
+        """Key of every point: (first input plane n*D + z it touches) * 2 + (1 if it also
+        touches the next plane), or -1; and per row-chunk histograms of first planes."""
+        N, D, H, W = in_shape[0], in_shape[2], in_shape[3], in_shape[4]
+        Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
+        rows = N * Do * Ho
+        n_chunks = counts.shape[0]
+        for ch in prange(n_chunks):  # chunk ch writes its own rows' keys and its own histogram
+            for row in range(ch * rows // n_chunks, (ch + 1) * rows // n_chunks):
+                n, dh = divmod(row, Do * Ho)
+                d, h = divmod(dh, Ho)
+                g_row = g_off + n * g_st[0] + d * g_st[1] + h * g_st[2]
+                for w in range(Wo):
+                    touches, _, _, _, z0, _, _, _, _, _, _, _, _, _ = _point(
+                        grid, g_row + w * g_st[3], g_st[4], D, H, W, nearest, padding_mode,
+                        align_corners)
+                    key = -1
+                    if touches:
+                        first = n * D + max(z0, 0)
+                        both = (not nearest) & (z0 >= 0) & (z0 + 1 < D)
+                        key = 2 * first + both
+                        counts[ch, first] += 1
+                    keys[row * Wo + w] = key
 
 
-@njit(parallel=True, cache=True)
-def backward_input(gout, go_off, go_st, gin, gi_off, gi_st, coords, order, starts,
-                   in_shape, out_shape, mode):
-    """Scatter-free input gradient: one iteration per input plane (n, z)."""
-    N, C, D, H, W = in_shape[0], in_shape[1], in_shape[2], in_shape[3], in_shape[4]
-    Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
-    for r in prange(N * D):  # iteration (n, z) alone writes plane z of batch n
-        plane = np.int64(r)
-        off, zc, w, gx, gy, gz = _scratch(gin.dtype)
-        n, z = divmod(plane, D)
-        # Points whose first plane is z, and (bilinear) those whose first plane is z - 1.
-        a, a_end = starts[n * (D + 1) + z + 1], starts[n * (D + 1) + z + 2]
-        b, b_end = starts[n * (D + 1) + z], starts[n * (D + 1) + z + 1]
-        if mode == NEAREST:
-            b = b_end
-        gi_n = gi_off + n * gi_st[0]
-        while a < a_end or b < b_end:  # merge the two sorted lists: increasing point order
-            if b >= b_end or (a < a_end and order[a] < order[b]):
-                p = order[a]
-                a += 1
-            else:
-                p = order[b]
-                b += 1
-            count = _corners(mode, coords[p, 0], coords[p, 1], coords[p, 2], D, H, W,
-                             gi_st[2], gi_st[3], gi_st[4], off, zc, w, gx, gy, gz)
-            dhw = p - n * (Do * Ho * Wo)
-            d, hw = divmod(dhw, Ho * Wo)
-            h, x_out = divmod(hw, Wo)
-            go = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3] + x_out * go_st[4]
-            for c in range(C):
-                g = gout[go + c * go_st[1]]
-                base = gi_n + c * gi_st[1]
-                for j in range(count):
-                    if zc[j] == z:
-                        gin[base + off[j]] += g * w[j]
+
+    @njit(parallel=True, cache=True)
+    def backward(gout, go_off, go_st, inp, i_off, i_st, grid, g_off, g_st,
+                 gin, gi_off, gi_st, grad_grid, keys, slab_bounds, in_shape, out_shape,
+                 need_input_grad, need_grid_grad):
+        """Both gradients in one pass; slab s owns input planes [slab_bounds[s], slab_bounds[s+1])."""
+        N, C, D, H, W = in_shape[0], in_shape[1], in_shape[2], in_shape[3], in_shape[4]
+        Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
+        for s in prange(slab_bounds.shape[0] - 1):  # slab s alone writes its planes of gin
+            lo, hi = slab_bounds[s], slab_bounds[s + 1]
+            p = 0
+            for n in range(N):  # walk every point in increasing order
+                i_n = i_off + n * i_st[0]
+                gi_n = gi_off + n * gi_st[0]
+                for d in range(Do):
+                    for h in range(Ho):
+                        g_row = g_off + n * g_st[0] + d * g_st[1] + h * g_st[2]
+                        go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
+                        for w in range(Wo):
+                            key = keys[p]
+                            p += 1
+                            first = key >> 1
+                            if key < 0 or first >= hi or first + (key & 1) < lo:
+                                continue
+                            (_, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, mx, my, mz) = _point(
+                                grid, g_row + w * g_st[3], g_st[4], D, H, W, nearest, padding_mode,
+                                align_corners)
+                            owner = first >= lo
+                            sx, sy, sz = _backward_point(
+                                gout, go_row + w * go_st[4], go_st[1], inp, i_n, i_st, gin,
+                                gi_n, gi_st, C, corners, interior, x0, y0, z0, wx0, wx1, wy0,
+                                wy1, wz0, wz1, D, H, W, n * D, lo, hi, need_input_grad,
+                                need_grid_grad and owner and not nearest)
+                            if need_grid_grad and owner:
+                                grad_grid[p - 1, 0] = mx * sx
+                                grad_grid[p - 1, 1] = my * sy
+                                grad_grid[p - 1, 2] = mz * sz
+
+    return types.SimpleNamespace(forward=forward, plane_keys=plane_keys, backward=backward)
