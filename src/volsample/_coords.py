@@ -45,7 +45,7 @@ def _typed_numba(value, like):
     return impl
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def unnormalize(coord, size, align_corners):
     """Voxel coordinate of a normalised coordinate, and d(voxel)/d(coord)."""
     two = typed(2, coord)
@@ -56,7 +56,7 @@ def unnormalize(coord, size, align_corners):
     return ((coord + typed(1, coord)) * fsize - typed(1, coord)) / two, fsize / two
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def clip(x, size):
     """Clamp to [0, size-1]; the derivative is 0 on and beyond the ends."""
     if x <= typed(0, x):
@@ -67,7 +67,7 @@ def clip(x, size):
     return x, typed(1, x)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def reflect(x, twice_low, twice_high):
     """Fold x into [low, high] by reflection, and the derivative's sign (+1, -1 or 0).
 
@@ -92,7 +92,7 @@ def reflect(x, twice_low, twice_high):
     return span - extra + low, -sign
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def source_index(coord, size, padding_mode, align_corners):
     """Voxel coordinate after unnormalising and padding, and its derivative.
 
