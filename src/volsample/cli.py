@@ -1,0 +1,70 @@
+"""The ``volsample`` command line: demo, register, bench and info (SPEC §8).
+
+Each subcommand's options and work live in its own module (``register``, ``bench``), as a
+pair ``add_<name>_arguments(parser)`` / ``run_<name>(args) -> exit code``; this module only
+wires them into one parser.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+_SUBCOMMANDS = {
+    "demo": ("volsample.register", "register a built-in synthetic pair and report the result"),
+    "register": ("volsample.register", "register a moving volume to a fixed one"),
+    "bench": ("volsample.bench", "benchmark volsample against the peers installed"),
+    "info": ("volsample.cli", "version, threads, backends and devices found"),
+}
+
+
+def add_info_arguments(parser: argparse.ArgumentParser) -> None:
+    """``info`` takes no options."""
+
+
+def run_info(args: argparse.Namespace) -> int:
+    import numba
+    import numpy as np
+
+    import volsample
+
+    print(f"volsample {volsample.__version__}")
+    print(f"numpy {np.__version__}, numba {numba.__version__}")
+    print(f"CPU threads: {volsample.get_num_threads()} (of {numba.config.NUMBA_NUM_THREADS})")
+    print(f"deterministic GPU reductions: {volsample.get_deterministic()}")
+    try:
+        import torch
+    except ImportError:
+        print("torch: not installed (volsample.torch unavailable)")
+    else:
+        cuda = torch.cuda.is_available()
+        devices = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else []
+        print(f"torch {torch.__version__}; CUDA devices: {', '.join(devices) or 'none'}")
+    try:
+        import triton
+    except ImportError:
+        print("triton: not installed (no GPU backend)")
+    else:
+        print(f"triton {triton.__version__}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="volsample", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module_name, help_text) in _SUBCOMMANDS.items():
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        getattr(module, f"add_{name}_arguments")(sub)
+        sub.set_defaults(run=getattr(module, f"run_{name}"))
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
