@@ -1,0 +1,424 @@
+"""Side-by-side benchmarks: volsample against every peer installed, in one process.
+
+One harness serves ``volsample bench`` and the scripts under ``benchmarks/``. A workload
+builds its inputs once and returns one callable per implementation; the harness times each
+the same way (warm-up excluded, median of repeats, the same thread count for all), reports
+the ratio peer time / volsample time (above 1: volsample is faster), the first call's time
+on its own line (Numba compilation or cache loading), and the effective memory bandwidth
+as a fraction of this machine's measured copy bandwidth.
+
+Peers: PyTorch (forward and backward), SciPy ``ndimage.map_coordinates`` / ``zoom`` and JAX
+``map_coordinates`` (forward only), each when installed.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import json
+import platform
+import sys
+import time
+from typing import Callable
+
+import numpy as np
+
+import volsample
+
+from . import _dtypes
+
+PEERS = ("pytorch", "scipy", "jax")
+
+
+@dataclasses.dataclass
+class Workload:
+    """One benchmark: ``build()`` makes the inputs and returns {implementation: callable}."""
+
+    name: str
+    build: Callable[[], dict]
+    nbytes: int  # bytes a perfect implementation reads and writes once
+    quick: bool = False  # part of the --quick suite
+
+
+@dataclasses.dataclass
+class Result:
+    workload: str
+    implementation: str
+    median_s: float
+    first_call_s: float
+    repeats: int
+    bandwidth_fraction: float
+    ratio: float | None = None  # this peer's median / volsample's median
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs
+# ---------------------------------------------------------------------------------------
+
+
+def smooth_grid(N, D, H, W, amplitude=3.0, seed=0, dtype=np.float32):
+    """Identity grid plus a smooth displacement of about ``amplitude`` voxels: the kind of
+    field image registration produces (align_corners=True coordinates)."""
+    rng = np.random.default_rng(seed)
+    z, y, x = np.meshgrid(np.linspace(-1, 1, D), np.linspace(-1, 1, H), np.linspace(-1, 1, W),
+                          indexing="ij")
+    grid = np.stack([x, y, z], -1)[None].repeat(N, 0)
+    for axis, size in enumerate((W, H, D)):
+        phase = rng.uniform(0, 2 * np.pi, 3)
+        bump = np.sin(2 * x + phase[0]) * np.cos(3 * y + phase[1]) * np.sin(2.5 * z + phase[2])
+        grid[..., axis] += amplitude * 2 / max(size - 1, 1) * bump
+    return grid.astype(dtype)
+
+
+def random_grid(N, D, H, W, seed=0, dtype=np.float32):
+    """Uniform random points in [-1, 1]: no locality at all."""
+    return np.random.default_rng(seed).uniform(-1, 1, (N, D, H, W, 3)).astype(dtype)
+
+
+def _volume(shape, dtype, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _torch_tensor(arr, channels_last=False):
+    import torch
+
+    if arr.dtype == _dtypes.BFLOAT16:
+        tensor = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
+    else:
+        tensor = torch.from_numpy(arr)
+    if channels_last:  # arr is physically N, D, H, W, C
+        tensor = tensor.permute(0, 4, 1, 2, 3)
+    return tensor
+
+
+def _have(module):
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------
+# Workloads
+# ---------------------------------------------------------------------------------------
+
+
+def _grid_workload(name, N, C, in_spatial, grid_maker, out_spatial, direction, dtype=np.float32,
+                   layout="NCDHW", quick=False):
+    dtype = np.dtype(dtype)
+    volume_shape = (N, C) + in_spatial
+    out_shape = (N, C) + out_spatial
+    points = N * int(np.prod(out_spatial))
+    volume_bytes = N * C * int(np.prod(in_spatial)) * dtype.itemsize
+    grid_bytes = points * 3 * 4
+    out_bytes = points * C * dtype.itemsize
+    if direction == "forward":
+        nbytes = volume_bytes + grid_bytes + out_bytes
+    else:  # read grad_output, input, grid; write grad_input, grad_grid
+        nbytes = out_bytes + 2 * volume_bytes + 2 * grid_bytes
+
+    def build():
+        grid = grid_maker(N, *out_spatial)
+        x = _volume(volume_shape, dtype)
+        g = _volume(out_shape, dtype, seed=3)
+        if layout == "NDHWC":
+            x, g = (np.ascontiguousarray(a.transpose(0, 2, 3, 4, 1)) for a in (x, g))
+        impls = {}
+        if direction == "forward":
+            impls["volsample"] = lambda: volsample.grid_sample_3d(x, grid, align_corners=True,
+                                                                  layout=layout)
+        else:
+            impls["volsample"] = lambda: volsample.grid_sample_3d_backward(
+                g, x, grid, align_corners=True, layout=layout)
+        if _have("torch"):
+            import torch
+
+            tx, tg = _torch_tensor(x, layout == "NDHWC"), _torch_tensor(g, layout == "NDHWC")
+            tgrid = torch.from_numpy(grid).to(tx.dtype)
+            if direction == "forward":
+                impls["pytorch"] = lambda: torch.ops.aten.grid_sampler_3d(tx, tgrid, 0, 0, True)
+            else:
+                impls["pytorch"] = lambda: torch.ops.aten.grid_sampler_3d_backward(
+                    tg, tx, tgrid, 0, 0, True, [True, True])
+        if direction == "forward" and layout == "NCDHW" and dtype != _dtypes.BFLOAT16:
+            # map_coordinates takes voxel coordinates (z, y, x) and samples one channel.
+            voxel = [(grid[0, ..., k] + 1) / 2 * (s - 1) for k, s in ((2, in_spatial[0]),
+                                                                      (1, in_spatial[1]),
+                                                                      (0, in_spatial[2]))]
+            if _have("scipy") and N == 1:
+                from scipy import ndimage
+
+                coords = np.stack(voxel)
+                impls["scipy"] = lambda: [ndimage.map_coordinates(x[0, c], coords, order=1,
+                                                                  mode="constant")
+                                          for c in range(C)]
+            if _have("jax") and N == 1:
+                import jax
+                import jax.numpy as jnp
+                from jax.scipy import ndimage as jndimage
+
+                jx, jcoords = jnp.asarray(x[0]), [jnp.asarray(v) for v in voxel]
+                sample = jax.jit(jax.vmap(lambda vol: jndimage.map_coordinates(
+                    vol, jcoords, order=1, mode="constant")))
+                impls["jax"] = lambda: sample(jx).block_until_ready()
+        return impls
+
+    return Workload(name, build, nbytes, quick)
+
+
+def _upsample_workload(name, N, C, in_spatial, scale, direction, dtype=np.float32,
+                       layout="NCDHW", quick=False):
+    dtype = np.dtype(dtype)
+    out_spatial = tuple(int(s * scale) for s in in_spatial)
+    small = N * C * int(np.prod(in_spatial)) * dtype.itemsize
+    large = N * C * int(np.prod(out_spatial)) * dtype.itemsize
+    nbytes = small + large
+
+    def build():
+        if direction == "forward":
+            x = _volume((N, C) + in_spatial, dtype)
+        else:
+            x = _volume((N, C) + out_spatial, dtype)
+        if layout == "NDHWC":
+            x = np.ascontiguousarray(x.transpose(0, 2, 3, 4, 1))
+        impls = {}
+        scales = (float(scale),) * 3
+        if direction == "forward":
+            impls["volsample"] = lambda: volsample.upsample_trilinear_3d(
+                x, scale_factor=scale, layout=layout)
+        else:
+            impls["volsample"] = lambda: volsample.upsample_trilinear_3d_backward(
+                x, (N, C) + in_spatial, scales=scales, layout=layout)
+        if _have("torch"):
+            import torch
+
+            tx = _torch_tensor(x, layout == "NDHWC")
+            if direction == "forward":
+                impls["pytorch"] = lambda: torch.ops.aten.upsample_trilinear3d(
+                    tx, list(out_spatial), False, *scales)
+            else:
+                impls["pytorch"] = lambda: torch.ops.aten.upsample_trilinear3d_backward(
+                    tx, list(out_spatial), [N, C, *in_spatial], False, *scales)
+        if (direction == "forward" and layout == "NCDHW" and dtype != _dtypes.BFLOAT16
+                and _have("scipy")):
+            from scipy import ndimage
+
+            impls["scipy"] = lambda: ndimage.zoom(x, (1, 1) + (scale,) * 3, order=1,
+                                                  grid_mode=True, mode="nearest")
+        return impls
+
+    return Workload(name, build, nbytes, quick)
+
+
+def suite() -> list[Workload]:
+    """Every workload, in report order. Names read: operator.direction kind shape dtype layout."""
+    smooth, rand = smooth_grid, random_grid
+    reg = (96, 112, 96)
+    bf16 = _dtypes.BFLOAT16
+    w = []
+    for direction, short in (("forward", "fwd"), ("backward", "bwd")):
+        w += [
+            _grid_workload(f"grid.{short} smooth N1 C1 96x112x96", 1, 1, reg, smooth, reg, direction),
+            _grid_workload(f"grid.{short} smooth N1 C8 96x112x96", 1, 8, reg, smooth, reg, direction),
+            _grid_workload(f"grid.{short} smooth N2 C1 96x112x96", 2, 1, reg, smooth, reg, direction),
+            _grid_workload(f"grid.{short} random N1 C1 64^3", 1, 1, (64,) * 3, rand, (64,) * 3, direction),
+            _grid_workload(f"grid.{short} smooth N1 C8 96x112x96 bf16", 1, 8, reg, smooth, reg, direction, bf16),
+            _grid_workload(f"grid.{short} smooth N1 C8 96x112x96 NDHWC", 1, 8, reg, smooth, reg, direction,
+                           layout="NDHWC"),
+            _grid_workload(f"grid.{short} video N1 C3 16x256x256", 1, 3, (16, 256, 256), smooth,
+                           (16, 256, 256), direction),
+            _grid_workload(f"grid.{short} tiny N1 C2 12^3", 1, 2, (12,) * 3, smooth, (12,) * 3,
+                           direction, quick=True),
+            _upsample_workload(f"up.{short} unet N2 C16 40^3 x2", 2, 16, (40,) * 3, 2, direction),
+            _upsample_workload(f"up.{short} unet N1 C32 24x32x32 x2 NDHWC", 1, 32, (24, 32, 32), 2,
+                               direction, layout="NDHWC"),
+            _upsample_workload(f"up.{short} unet N1 C32 24x32x32 x2 bf16", 1, 32, (24, 32, 32), 2,
+                               direction, bf16),
+            _upsample_workload(f"up.{short} field N1 C3 12x14x12 x8", 1, 3, (12, 14, 12), 8, direction),
+            _upsample_workload(f"up.{short} video N1 C3 8x128x128 x2", 1, 3, (8, 128, 128), 2, direction),
+            _upsample_workload(f"up.{short} tiny N1 C2 6^3 x2", 1, 2, (6,) * 3, 2, direction,
+                               quick=True),
+        ]
+    return w
+
+
+# ---------------------------------------------------------------------------------------
+# Timing
+# ---------------------------------------------------------------------------------------
+
+
+def time_call(fn, min_repeats=5, min_seconds=0.3, max_repeats=50):
+    """(first call seconds, median seconds of the later calls, repeats)."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    times = []
+    budget_start = time.perf_counter()
+    while len(times) < max_repeats and (len(times) < min_repeats
+                                        or time.perf_counter() - budget_start < min_seconds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return first, float(np.median(times)), len(times)
+
+
+def copy_bandwidth(nbytes=1 << 27):
+    """Bytes per second this machine copies (read + write), median of a few copies."""
+    src = np.ones(nbytes, np.uint8)
+    dst = np.empty_like(src)
+    _, median, _ = time_call(lambda: np.copyto(dst, src), min_repeats=5, min_seconds=0.1)
+    return 2 * nbytes / median
+
+
+class _Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total, enabled):
+        self.total, self.done, self.enabled = total, 0, enabled and total > 0
+
+    def step(self, label):
+        self.done += 1
+        if self.enabled:
+            filled = int(30 * self.done / self.total)
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} "
+                             f"{label[:50]:<50}")
+            sys.stderr.flush()
+
+    def close(self):
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def run(workloads, threads=None, peers=PEERS, progress=True):
+    """Time every workload's implementations; return the list of ``Result``."""
+    threads = threads or volsample.get_num_threads()
+    volsample.set_num_threads(threads)
+    if _have("torch"):
+        import torch
+
+        torch.set_num_threads(threads)
+    bandwidth = copy_bandwidth()
+    results = []
+    bar = _Progress(len(workloads), progress)
+    for workload in workloads:
+        impls = workload.build()
+        ours = None
+        for name, fn in impls.items():
+            if name != "volsample" and name not in peers:
+                continue
+            first, median, repeats = time_call(fn)
+            result = Result(workload.name, name, median, first, repeats,
+                            workload.nbytes / median / bandwidth)
+            if name == "volsample":
+                ours = result
+            elif ours is not None:
+                result.ratio = median / ours.median_s
+            results.append(result)
+        bar.step(workload.name)
+    bar.close()
+    return results
+
+
+# ---------------------------------------------------------------------------------------
+# Reports
+# ---------------------------------------------------------------------------------------
+
+
+def format_table(results) -> str:
+    """Plain table: one row per workload, volsample's median and each peer's ratio."""
+    by_workload: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by_workload.setdefault(r.workload, {})[r.implementation] = r
+    peers = [p for p in PEERS if any(p in row for row in by_workload.values())]
+    header = ["workload", "volsample ms", "of copy bw", "first call ms"] + [f"vs {p}" for p in peers]
+    rows = []
+    for name, row in by_workload.items():
+        ours = row["volsample"]
+        cells = [name, f"{ours.median_s * 1e3:.2f}", f"{ours.bandwidth_fraction:.0%}",
+                 f"{ours.first_call_s * 1e3:.0f}"]
+        cells += [f"{row[p].ratio:.2f}x" if p in row else "-" for p in peers]
+        rows.append(cells)
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
+    line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def machine_info(threads):
+    return {"python": platform.python_version(), "machine": platform.machine(),
+            "processor": platform.processor(), "threads": threads,
+            "volsample": volsample.__version__}
+
+
+def write_json(path, results, threads):
+    payload = {"machine": machine_info(threads),
+               "results": [dataclasses.asdict(r) for r in results]}
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
+
+
+def write_plot(path, results):
+    """Bar chart of the ratio to each peer, one group per workload."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rated = [r for r in results if r.ratio is not None]
+    workloads = list(dict.fromkeys(r.workload for r in rated))
+    peers = list(dict.fromkeys(r.implementation for r in rated))
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(workloads) * max(1, len(peers)) + 1.5))
+    height = 0.8 / max(1, len(peers))
+    for k, peer in enumerate(peers):
+        ratios = {r.workload: r.ratio for r in rated if r.implementation == peer}
+        ys = [i + k * height for i, w in enumerate(workloads) if w in ratios]
+        ax.barh(ys, [ratios[w] for w in workloads if w in ratios], height, label=f"vs {peer}")
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(workloads))], workloads, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("speed-up of volsample (peer time / volsample time)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="tiny workloads only (seconds)")
+    parser.add_argument("--filter", metavar="PATTERN",
+                        help="only workloads whose name matches this glob or contains it")
+    parser.add_argument("--threads", type=int, help="threads for every implementation "
+                        "(default: volsample's current count)")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the ratios")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def select(workloads, quick=False, pattern=None):
+    chosen = [w for w in workloads if w.quick] if quick else [w for w in workloads if not w.quick]
+    if pattern:
+        chosen = [w for w in chosen if pattern in w.name or fnmatch.fnmatch(w.name, pattern)]
+    return chosen
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    workloads = select(suite(), args.quick, args.filter)
+    if not workloads:
+        print(f"no workload matches {args.filter!r}", file=sys.stderr)
+        return 2
+    threads = args.threads or volsample.get_num_threads()
+    results = run(workloads, threads, progress=not args.no_progress)
+    print(f"volsample {volsample.__version__}, {threads} threads; ratios are peer time / "
+          f"volsample time (above 1: volsample is faster); medians of repeats, warm-up excluded")
+    print(format_table(results))
+    if args.json:
+        write_json(args.json, results, threads)
+    if args.plot:
+        write_plot(args.plot, results)
+    return 0
