@@ -1,0 +1,110 @@
+"""Triton GPU kernels, one module per operator family (``grid_sample``, ``upsample``).
+
+Launchers take torch tensors in logical (N, C, D, H, W) order with any strides; kernels
+address every operand through its strides, so views cost no copy. Results are new dense
+tensors in the input's memory format: NCDHW, or channels_last_3d (NDHWC in memory).
+
+Tiling, shared by every kernel: one program per block of BLOCK_P spatial points of one
+batch item; channels go in chunks of BLOCK_C. In NCDHW the points are the contiguous
+direction, so chunks are small; in channels_last_3d the channels are, so one chunk spans
+many channels and a load reads a point's channels together, while the per-point work
+(coordinates, weights, offsets) is done once for the whole chunk.
+
+Index width: offsets are formed in int32 unless some tensor or count a kernel touches
+reaches 2**31 elements; then kernels get ``INDEX=tl.int64`` and form them in int64.
+
+This module holds what the families share: those host-side choices, the compute dtype,
+and two small @triton.jit addressing helpers.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_INT32_LIMIT = 2**31
+
+# Options of every launch. No fused multiply-adds beyond those written as tl.fma: each
+# operation rounds as it does in the CPU kernels (Numba contracts nothing either).
+LAUNCH = dict(enable_fp_fusion=False)
+
+_TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
+              torch.float32: tl.float32, torch.float64: tl.float64}
+
+
+def is_channels_last(t: torch.Tensor) -> bool:
+    """Whether a 5-D tensor is channels-last: its channel stride is the smallest of the
+    strides of its non-trivial dimensions (as ``torch.channels_last_3d`` lays it out)."""
+    if t.shape[1] <= 1:
+        return False
+    spatial = [t.stride(i) for i in (2, 3, 4) if t.shape[i] > 1]
+    return not spatial or t.stride(1) < min(spatial)
+
+
+def memory_format(t: torch.Tensor) -> torch.memory_format:
+    """The memory format of results computed from the volume ``t``."""
+    return torch.channels_last_3d if is_channels_last(t) else torch.contiguous_format
+
+
+def new_volume(shape, dtype, like: torch.Tensor, zero: bool = False) -> torch.Tensor:
+    """A dense 5-D tensor of logical ``shape`` in the memory format of ``like``."""
+    t = torch.empty(tuple(shape), dtype=dtype, device=like.device, memory_format=memory_format(like))
+    return t.zero_() if zero else t
+
+
+def dense_strides(t: torch.Tensor) -> tuple[int, int, int]:
+    """(batch, channel, point) strides of a dense volume made by ``new_volume``: the element
+    offset of (n, c, flat spatial index q) is n * sN + c * sC + q * sQ."""
+    if is_channels_last(t):
+        return t.stride(0), 1, t.shape[1]
+    return t.stride(0), t.stride(1), 1
+
+
+def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    """float64 if any operand is float64, else float32 (16-bit data computes in float32)."""
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def tl_dtype(dtype: torch.dtype):
+    return _TL_DTYPES[dtype]
+
+
+def _max_offset(t: torch.Tensor) -> int:
+    """One past the largest element offset ``t`` reaches from its first element."""
+    return 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+
+
+def index_dtype(*tensors: torch.Tensor, counts=()):
+    """tl.int64 if any offset within ``tensors``, or any of ``counts``, reaches 2**31."""
+    largest = max([_max_offset(t) for t in tensors if t.numel()] + [int(c) for c in counts] + [0])
+    return tl.int64 if largest >= _INT32_LIMIT else tl.int32
+
+
+def tile(channels: int, max_block_c: int, elements: int) -> tuple[int, int]:
+    """(BLOCK_P, BLOCK_C) for a tile of about ``elements`` values, with up to
+    ``max_block_c`` channels (launchers allow many for channels_last_3d, few for NCDHW)."""
+    block_c = min(triton.next_power_of_2(max(channels, 1)), max_block_c)
+    return max(4, elements // block_c), block_c
+
+
+@triton.jit
+def split_spatial(q, H, W):
+    """(d, h, w) of flat spatial indices ``q`` of a (D, H, W) volume."""
+    w = q % W
+    t = q // W
+    return t // H, t % H, w
+
+
+@triton.jit
+def block_of_points(block, S, BLOCK_P: tl.constexpr, INDEX: tl.constexpr):
+    """Batch item n, flat spatial indices q and their mask of the ``block``-th block of
+    points: the S points of each batch item are cut in blocks of BLOCK_P."""
+    blocks = tl.cdiv(S, BLOCK_P)
+    n = block // blocks
+    q = (block % blocks) * BLOCK_P + tl.arange(0, BLOCK_P).to(INDEX)
+    return n, q, q < S
+
+
+def programs(batch: int, points: int, block_p: int, chunks: int = 1) -> tuple[int]:
+    """The launch grid of one program per block of points (and channel chunk)."""
+    return (batch * triton.cdiv(points, block_p) * chunks,)

@@ -1,0 +1,469 @@
+"""Triton kernels for 3-D grid sampling (SPEC §2), forward and backward.
+
+The coordinate maths is that of ``volsample._coords`` written as @triton.jit helpers over
+blocks of points: ``unnormalize``, ``clip`` and ``reflect`` each return the coordinate and
+its derivative, and ``source_index`` composes them. ``_corner`` describes one of a point's
+corners (eight for bilinear, in PyTorch's order tnw, tne, tsw, tse, bnw, bne, bsw, bse;
+one for nearest); kernels loop over corners with ``tl.static_range``, so the corner code
+is written once.
+
+Backward, ``deterministic=False``: one pass over the points computes grad_grid and
+scatters grad_output * weight into grad_input with atomic adds (into a float32 buffer for
+16-bit data, rounded once at the end). Fast, but the order of the adds varies.
+
+Backward, ``deterministic=True``: the scatter becomes a gather. Each point's key is the
+cell it falls in: for bilinear, the unit cube whose low corner is (floor(iz), floor(iy),
+floor(ix)), for nearest the voxel itself; points that touch nothing get a key past the
+last cell. A stable sort by key lists every cell's points in increasing point order, and
+a binary search gives each cell's range. Then one program per block of input voxels sums,
+for each voxel, the points of the 8 cells around it (1 for nearest), cell by cell in a
+fixed order and in point order within a cell. Every grad_input element is written once,
+by one program, from terms in a fixed order: no atomics, the same bits on every run, and
+no zero-filling or rounding pass either. grad_grid is per point in both modes, summed
+over channels in a fixed order.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._coords import BORDER, NEAREST, REFLECTION
+from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype, is_channels_last,
+               new_volume, programs, split_spatial, tile, tl_dtype)
+
+_NEAREST = tl.constexpr(NEAREST)
+_BORDER = tl.constexpr(BORDER)
+_REFLECTION = tl.constexpr(REFLECTION)
+_INF = tl.constexpr(float("inf"))
+
+
+@triton.jit
+def _divide(a, b):
+    """a / b rounded to nearest (a plain float32 '/' may be approximate on the GPU)."""
+    if a.dtype == tl.float32:
+        return tl.div_rn(a, b)
+    return a / b
+
+
+@triton.jit
+def unnormalize(coord, size, ALIGN: tl.constexpr):
+    """Voxel coordinate of a normalised coordinate, and d(voxel)/d(coord)."""
+    fsize = tl.cast(size, coord.dtype)
+    if ALIGN:
+        return (coord + 1.0) * 0.5 * (fsize - 1.0), (fsize - 1.0) * 0.5
+    return ((coord + 1.0) * fsize - 1.0) * 0.5, fsize * 0.5
+
+
+@triton.jit
+def clip(x, size):
+    """Clamp to [0, size-1]; the derivative is 0 on and beyond the ends."""
+    upper = tl.cast(size, x.dtype) - 1.0
+    inside = (x > 0.0) & (x < upper)
+    # Selects rather than min/max, which may drop a NaN: a NaN must stay one (see _grid_point).
+    return tl.where(x <= 0.0, 0.0, tl.where(x >= upper, upper, x)), tl.where(inside, 1.0, 0.0)
+
+
+@triton.jit
+def reflect(x, size, ALIGN: tl.constexpr):
+    """Fold x into [0, size-1] (ALIGN) or [-0.5, size-0.5] by reflection, and the
+    derivative's sign: +1, -1, or 0 where the span is empty (size 1 with ALIGN).
+
+    The parity of the fold count is taken in floating point, so that huge coordinates
+    never overflow an integer.
+    """
+    fsize = tl.cast(size, x.dtype)
+    if ALIGN:
+        low = 0.0
+        span = fsize - 1.0
+    else:
+        low = -0.5
+        span = fsize
+    empty = span == 0.0
+    span = tl.where(empty, 1.0, span)  # any non-zero span: the result is replaced below
+    x = x - low
+    sign = tl.where(x < 0.0, -1.0, 1.0)
+    x = tl.abs(x)
+    extra = x % span  # fmod
+    flips = tl.floor(_divide(x, span))
+    even = (flips % 2.0) == 0.0
+    folded = tl.where(even, extra + low, span - extra + low)
+    sign = tl.where(even, sign, -sign)
+    return tl.where(empty, 0.0, folded), tl.where(empty, 0.0, sign)
+
+
+@triton.jit
+def source_index(coord, size, PADDING: tl.constexpr, ALIGN: tl.constexpr):
+    """Voxel coordinate after unnormalising and padding, and its derivative.
+    Coordinates must be finite (callers replace the others)."""
+    x, grad = unnormalize(coord, size, ALIGN)
+    if PADDING == _BORDER:
+        x, g = clip(x, size)
+        grad = grad * g
+    elif PADDING == _REFLECTION:
+        x, g = reflect(x, size, ALIGN)
+        x, g2 = clip(x, size)
+        grad = grad * g * g2
+    return x, grad
+
+
+@triton.jit
+def _round_half_even(x):
+    """Nearest integer, ties to even (std::nearbyint); exact for every float."""
+    low = tl.floor(x)
+    frac = x - low  # exact
+    up = (frac > 0.5) | ((frac == 0.5) & ((low % 2.0) != 0.0))
+    return tl.where(up, low + 1.0, low)
+
+
+@triton.jit
+def _axis_tap(i, HIGH: tl.constexpr):
+    """Low (HIGH=0) or high (HIGH=1) bilinear tap of coordinate i along one axis: its
+    position as a float, its weight, and the weight's derivative with respect to i."""
+    low = tl.floor(i)
+    if HIGH:
+        return low + 1.0, i - low, 1.0
+    return low, (low + 1.0) - i, -1.0
+
+
+@triton.jit
+def _corner(K: tl.constexpr, ix, iy, iz, valid, D, H, W, MODE: tl.constexpr,
+            INDEX: tl.constexpr):
+    """Corner K (= dx + 2 dy + 4 dz) of each point: its voxel (x, y, z), whether it lies in
+    the volume (and the point is ``valid``), and its weight. Nearest has the single corner
+    K = 0, of weight 1."""
+    if MODE == _NEAREST:
+        fx = _round_half_even(ix)
+        fy = _round_half_even(iy)
+        fz = _round_half_even(iz)
+        weight = tl.full(ix.shape, 1.0, ix.dtype)
+    else:
+        fx, wx, _ = _axis_tap(ix, K & 1)
+        fy, wy, _ = _axis_tap(iy, (K >> 1) & 1)
+        fz, wz, _ = _axis_tap(iz, K >> 2)
+        weight = wx * wy * wz
+    inside = valid & (fx >= 0.0) & (fx < W) & (fy >= 0.0) & (fy < H) & (fz >= 0.0) & (fz < D)
+    # Out-of-volume corners get position 0: their float may be too big for an integer.
+    x = tl.where(inside, fx, 0.0).to(INDEX)
+    y = tl.where(inside, fy, 0.0).to(INDEX)
+    z = tl.where(inside, fz, 0.0).to(INDEX)
+    return x, y, z, inside, weight
+
+
+@triton.jit
+def _corner_weight_grad(K: tl.constexpr, ix, iy, iz):
+    """Derivatives of bilinear corner K's weight with respect to ix, iy and iz."""
+    _, wx, sx = _axis_tap(ix, K & 1)
+    _, wy, sy = _axis_tap(iy, (K >> 1) & 1)
+    _, wz, sz = _axis_tap(iz, K >> 2)
+    return sx * (wy * wz), sy * (wx * wz), sz * (wx * wy)
+
+
+@triton.jit
+def _grid_point(grid, n, q, mask, Ho, Wo, sgN, sgD, sgH, sgW, sgK, D, H, W,
+                COMPUTE: tl.constexpr, PADDING: tl.constexpr, ALIGN: tl.constexpr):
+    """Padded voxel coordinates (ix, iy, iz) of grid points (n, q), their derivatives with
+    respect to the grid, and whether each point is valid.
+
+    A point is invalid, contributes nothing and computes with coordinate 0 where a grid
+    coordinate is not finite, or where its voxel coordinate is not finite in the compute
+    precision (a huge float32 overflows: border clips that to an edge, but reflection
+    cannot fold it and zeros reads nothing there anyway).
+    """
+    d, h, w = split_spatial(q, Ho, Wo)
+    at = grid + n * sgN + d * sgD + h * sgH + w * sgW
+    cx = tl.load(at, mask=mask, other=0.0).to(COMPUTE)
+    cy = tl.load(at + sgK, mask=mask, other=0.0).to(COMPUTE)
+    cz = tl.load(at + 2 * sgK, mask=mask, other=0.0).to(COMPUTE)
+    finite = mask & (tl.abs(cx) < _INF) & (tl.abs(cy) < _INF) & (tl.abs(cz) < _INF)
+    ix, mx = source_index(tl.where(finite, cx, 0.0), W, PADDING, ALIGN)
+    iy, my = source_index(tl.where(finite, cy, 0.0), H, PADDING, ALIGN)
+    iz, mz = source_index(tl.where(finite, cz, 0.0), D, PADDING, ALIGN)
+    valid = finite & (tl.abs(ix) < _INF) & (tl.abs(iy) < _INF) & (tl.abs(iz) < _INF)
+    ix = tl.where(valid, ix, 0.0)
+    iy = tl.where(valid, iy, 0.0)
+    iz = tl.where(valid, iz, 0.0)
+    return ix, iy, iz, mx, my, mz, valid
+
+
+@triton.jit
+def _cell_id(n, z, y, x, D, H, W, MODE: tl.constexpr):
+    """Flat id of a cell: for nearest the voxel (n, z, y, x); for bilinear the unit cube
+    whose low corner is (z-1, y-1, x-1), ids over (D+1)(H+1)(W+1) cells per batch item."""
+    if MODE == _NEAREST:
+        return ((n * D + z) * H + y) * W + x
+    return ((n * (D + 1) + z) * (H + 1) + y) * (W + 1) + x
+
+
+@triton.jit
+def _forward_kernel(inp, grid, out, C, D, H, W, S, Ho, Wo,
+                    siN, siC, siD, siH, siW, sgN, sgD, sgH, sgW, sgK, soN, soC, soQ,
+                    MODE: tl.constexpr, PADDING: tl.constexpr, ALIGN: tl.constexpr,
+                    COMPUTE: tl.constexpr, INDEX: tl.constexpr,
+                    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """out[n, c, q] = sum over corners of weight * input; one program per BLOCK_P points."""
+    n, q, pmask = block_of_points(tl.program_id(0).to(INDEX), S, BLOCK_P, INDEX)
+    ix, iy, iz, mx, my, mz, valid = _grid_point(grid, n, q, pmask, Ho, Wo, sgN, sgD, sgH, sgW,
+                                                sgK, D, H, W, COMPUTE, PADDING, ALIGN)
+    for c0 in range(0, C, BLOCK_C):
+        c = (c0 + tl.arange(0, BLOCK_C)).to(INDEX)
+        cmask = c < C
+        acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+        for k in tl.static_range(1 if MODE == _NEAREST else 8):
+            x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, MODE, INDEX)
+            offset = n * siN + z * siD + y * siH + x * siW
+            v = tl.load(inp + offset[:, None] + c[None, :] * siC,
+                        mask=inside[:, None] & cmask[None, :], other=0.0)
+            acc += v.to(COMPUTE) * weight[:, None]
+        tl.store(out + n * soN + q[:, None] * soQ + c[None, :] * soC,
+                 acc.to(out.dtype.element_ty), mask=pmask[:, None] & cmask[None, :])
+
+
+@triton.jit
+def _backward_points_kernel(
+        gout, inp, grid, grad_grid, gin, keys, coords,
+        C, D, H, W, S, Ho, Wo, NO_CELL,
+        sgoN, sgoC, sgoD, sgoH, sgoW, siN, siC, siD, siH, siW, sgN, sgD, sgH, sgW, sgK,
+        giN, giC, giD, giH, giW,
+        MODE: tl.constexpr, PADDING: tl.constexpr, ALIGN: tl.constexpr,
+        GRID_GRAD: tl.constexpr, SCATTER: tl.constexpr, KEYS: tl.constexpr,
+        COMPUTE: tl.constexpr, INDEX: tl.constexpr,
+        BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Per-point backward work, one program per BLOCK_P points. GRID_GRAD: grad_grid.
+    SCATTER: atomic adds of grad_output * weight into ``gin``. KEYS: each point's cell
+    id (NO_CELL if it touches no voxel) and, for bilinear, its padded coordinates."""
+    n, q, pmask = block_of_points(tl.program_id(0).to(INDEX), S, BLOCK_P, INDEX)
+    ix, iy, iz, mx, my, mz, valid = _grid_point(grid, n, q, pmask, Ho, Wo, sgN, sgD, sgH, sgW,
+                                                sgK, D, H, W, COMPUTE, PADDING, ALIGN)
+    p = n * S + q  # row of grad_grid, keys and coords
+    if GRID_GRAD or SCATTER:
+        d, h, w = split_spatial(q, Ho, Wo)
+        go_q = gout + n * sgoN + d * sgoD + h * sgoH + w * sgoW
+        sx = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+        sy = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+        sz = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+        for c0 in range(0, C, BLOCK_C):
+            c = (c0 + tl.arange(0, BLOCK_C)).to(INDEX)
+            cmask = c < C
+            g = tl.load(go_q[:, None] + c[None, :] * sgoC, mask=valid[:, None] & cmask[None, :],
+                        other=0.0).to(COMPUTE)
+            tx = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+            ty = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+            tz = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+            for k in tl.static_range(1 if MODE == _NEAREST else 8):
+                x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, MODE, INDEX)
+                m = inside[:, None] & cmask[None, :]
+                if GRID_GRAD:
+                    dwx, dwy, dwz = _corner_weight_grad(k, ix, iy, iz)
+                    offset = n * siN + z * siD + y * siH + x * siW
+                    v = tl.load(inp + offset[:, None] + c[None, :] * siC, mask=m,
+                                other=0.0).to(COMPUTE)
+                    tx += v * dwx[:, None]
+                    ty += v * dwy[:, None]
+                    tz += v * dwz[:, None]
+                if SCATTER:
+                    offset = n * giN + z * giD + y * giH + x * giW
+                    tl.atomic_add(gin + offset[:, None] + c[None, :] * giC, g * weight[:, None],
+                                  mask=m, sem="relaxed")
+            sx += tx * g
+            sy += ty * g
+            sz += tz * g
+        if GRID_GRAD:
+            row = grad_grid + 3 * p
+            dtype = grad_grid.dtype.element_ty
+            tl.store(row, tl.where(valid, mx * tl.sum(sx, axis=1), 0.0).to(dtype), mask=pmask)
+            tl.store(row + 1, tl.where(valid, my * tl.sum(sy, axis=1), 0.0).to(dtype), mask=pmask)
+            tl.store(row + 2, tl.where(valid, mz * tl.sum(sz, axis=1), 0.0).to(dtype), mask=pmask)
+    if KEYS:
+        if MODE == _NEAREST:
+            fx = _round_half_even(ix)
+            fy = _round_half_even(iy)
+            fz = _round_half_even(iz)
+            touches = valid & (fx >= 0.0) & (fx < W) & (fy >= 0.0) & (fy < H) & (fz >= 0.0) & (fz < D)
+        else:  # the cell's low corner may lie at -1: shift positions by one
+            fx = tl.floor(ix) + 1.0
+            fy = tl.floor(iy) + 1.0
+            fz = tl.floor(iz) + 1.0
+            touches = valid & (fx >= 0.0) & (fx <= W) & (fy >= 0.0) & (fy <= H) & (fz >= 0.0) & (fz <= D)
+            row = coords + 3 * p
+            tl.store(row, ix, mask=pmask)
+            tl.store(row + 1, iy, mask=pmask)
+            tl.store(row + 2, iz, mask=pmask)
+        cell = _cell_id(n, tl.where(touches, fz, 0.0).to(INDEX), tl.where(touches, fy, 0.0).to(INDEX),
+                        tl.where(touches, fx, 0.0).to(INDEX), D, H, W, MODE)
+        tl.store(keys + p, tl.where(touches, cell, NO_CELL).to(keys.dtype.element_ty), mask=pmask)
+
+
+@triton.jit
+def _gather_input_grad_kernel(
+        gout, gin, order, coords, starts,
+        C, D, H, W, S_in, S_out, Ho, Wo, CHUNKS,
+        sgoN, sgoC, sgoD, sgoH, sgoW, giN, giC, giQ,
+        MODE: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr,
+        BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """grad_input without atomics: one program per BLOCK_P input voxels and BLOCK_C
+    channels, each voxel summing the points of the cells around it (``order``/``starts``:
+    the points sorted by cell, and each cell's first position), cell by cell, in point
+    order within a cell."""
+    pid = tl.program_id(0).to(INDEX)
+    n, v, vmask = block_of_points(pid // CHUNKS, S_in, BLOCK_P, INDEX)
+    c = (pid % CHUNKS) * BLOCK_C + tl.arange(0, BLOCK_C).to(INDEX)
+    cmask = c < C
+    z, y, x = split_spatial(v, H, W)
+    acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+    # Bilinear: along each axis the voxel is the high corner of the cell at its own
+    # (shifted) position and the low corner of the next cell.
+    for k in tl.static_range(1 if MODE == _NEAREST else 8):
+        ex = k & 1
+        ey = (k >> 1) & 1
+        ez = k >> 2
+        cell = _cell_id(n, z + ez, y + ey, x + ex, D, H, W, MODE)
+        first = tl.load(starts + cell, mask=vmask, other=0).to(INDEX)
+        end = tl.load(starts + cell + 1, mask=vmask, other=0).to(INDEX)
+        for j in range(0, tl.max(end - first)):
+            at = first + j
+            m = at < end
+            p = tl.load(order + at, mask=m, other=0).to(INDEX)
+            d, h, w = split_spatial(p - n * S_out, Ho, Wo)
+            go = gout + n * sgoN + d * sgoD + h * sgoH + w * sgoW
+            g = tl.load(go[:, None] + c[None, :] * sgoC, mask=m[:, None] & cmask[None, :],
+                        other=0.0).to(COMPUTE)
+            if MODE == _NEAREST:
+                acc += g
+            else:
+                _, wx, _ = _axis_tap(tl.load(coords + 3 * p, mask=m, other=0.0), 1 - ex)
+                _, wy, _ = _axis_tap(tl.load(coords + 3 * p + 1, mask=m, other=0.0), 1 - ey)
+                _, wz, _ = _axis_tap(tl.load(coords + 3 * p + 2, mask=m, other=0.0), 1 - ez)
+                acc += g * (wx * wy * wz)[:, None]
+    tl.store(gin + n * giN + v[:, None] * giQ + c[None, :] * giC,
+             acc.to(gin.dtype.element_ty), mask=vmask[:, None] & cmask[None, :])
+
+
+def _points_tile(input):
+    """Tile of the kernels over grid points: one point per thread in NCDHW, looping over
+    channels; a point's channels side by side in channels_last_3d. (More points per thread
+    leave the unrolled corners short of registers.)"""
+    if is_channels_last(input):
+        return tile(input.shape[1], 32, 128)
+    return 128, 1
+
+
+def _setup(input, grid, mode, padding_mode, align_corners, tensors, counts):
+    """Sizes (N, C, D, H, W, S = Do*Ho*Wo, Ho, Wo), the compute dtype and the constexprs
+    shared by the kernels of one call; INDEX covers ``tensors`` and ``counts``."""
+    N, C, D, H, W = input.shape
+    Do, Ho, Wo = grid.shape[1:4]
+    compute = compute_dtype(input.dtype, grid.dtype)
+    consts = dict(MODE=mode, PADDING=padding_mode, ALIGN=bool(align_corners),
+                  COMPUTE=tl_dtype(compute), INDEX=index_dtype(input, grid, *tensors, counts=counts))
+    return (N, C, D, H, W, Do * Ho * Wo, Ho, Wo), compute, consts
+
+
+def _cells(N, D, H, W, mode):
+    """Number of cells points are keyed by: voxels (nearest) or unit cubes (bilinear)."""
+    return N * D * H * W if mode == NEAREST else N * (D + 1) * (H + 1) * (W + 1)
+
+
+def forward(input, grid, mode: int, padding_mode: int, align_corners: bool):
+    """Sample ``input`` (N, C, D, H, W) at ``grid`` (N, Do, Ho, Wo, 3): SPEC §2.
+
+    ``mode``: 0 bilinear, 1 nearest; ``padding_mode``: 0 zeros, 1 border, 2 reflection.
+    A float32/float64 grid may accompany 16-bit input (computed in the grid's precision,
+    at least float32). Returns (N, C, Do, Ho, Wo) in the input's dtype and memory format.
+    """
+    out = new_volume(tuple(input.shape[:2]) + tuple(grid.shape[1:4]), input.dtype, input)
+    if out.numel() == 0:
+        return out
+    (N, C, D, H, W, S, Ho, Wo), _, consts = _setup(input, grid, mode, padding_mode,
+                                                   align_corners, (out,), ())
+    block_p, block_c = _points_tile(input)
+    _forward_kernel[programs(N, S, block_p)](
+        input, grid, out, C, D, H, W, S, Ho, Wo, *input.stride(), *grid.stride(),
+        *dense_strides(out), **consts, BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+    return out
+
+
+def backward(grad_output, input, grid, mode: int, padding_mode: int, align_corners: bool,
+             output_mask, deterministic: bool):
+    """Gradients of ``forward`` with respect to input and grid: SPEC §2.
+
+    ``output_mask`` (want grad_input, want grad_grid): a gradient not asked for is not
+    computed and comes back as None. ``deterministic`` selects the atomic-free gather for
+    grad_input (bitwise reproducible) over the atomic scatter. grad_grid has the grid's
+    dtype and is exactly 0 for nearest; grad_input has the input's dtype and memory format.
+    """
+    want_input, want_grid = (bool(m) for m in output_mask)
+    N, C, D, H, W = input.shape
+    points = N * grid.shape[1] * grid.shape[2] * grid.shape[3]
+    work = points * C > 0
+    run_grid_grad = want_grid and mode != NEAREST and work
+    grad_grid = None
+    if want_grid:
+        make = torch.empty if run_grid_grad else torch.zeros
+        grad_grid = make(grid.shape, dtype=grid.dtype, device=grid.device)
+    if want_input and not work:
+        return new_volume(input.shape, input.dtype, input, zero=True), grad_grid
+    if not (want_input or run_grid_grad):
+        return None, grad_grid
+    sizes, compute, consts = _setup(input, grid, mode, padding_mode, align_corners, (grad_output,),
+                                    (3 * points, _cells(N, D, H, W, mode) + 1, input.numel()))
+    points_grid_grad = grad_grid if run_grid_grad else None  # computed along the way
+    if not want_input:
+        _points_pass(grad_output, input, grid, sizes, consts, grad_grid=points_grid_grad)
+        return None, grad_grid
+    if deterministic:
+        return _gathered_input_grad(grad_output, input, grid, points_grid_grad, sizes, compute,
+                                    consts), grad_grid
+    return _scattered_input_grad(grad_output, input, grid, points_grid_grad, sizes, compute,
+                                 consts), grad_grid
+
+
+def _points_pass(grad_output, input, grid, sizes, consts, grad_grid=None, gin=None,
+                 keys=None, coords=None):
+    """Launch ``_backward_points_kernel`` for the outputs given (None: not wanted)."""
+    N, C, D, H, W, S, Ho, Wo = sizes
+    unused = grad_output.new_empty(0)  # stands for the pointers of outputs not wanted
+    block_p, block_c = _points_tile(input)
+    _backward_points_kernel[programs(N, S, block_p)](
+        grad_output, input, grid, _or(grad_grid, unused), _or(gin, unused), _or(keys, unused),
+        _or(coords, unused), C, D, H, W, S, Ho, Wo, _cells(N, D, H, W, consts["MODE"]),
+        *grad_output.stride(), *input.stride(), *grid.stride(),
+        *(gin.stride() if gin is not None else (0,) * 5), **consts,
+        GRID_GRAD=grad_grid is not None, SCATTER=gin is not None, KEYS=keys is not None,
+        BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+
+
+def _or(t, default):
+    return default if t is None else t
+
+
+def _scattered_input_grad(grad_output, input, grid, grad_grid, sizes, compute, consts):
+    """grad_input by atomic adds, into a ``compute``-dtype buffer rounded once at the end."""
+    acc = new_volume(input.shape, compute, input, zero=True)
+    _points_pass(grad_output, input, grid, sizes, consts, grad_grid=grad_grid, gin=acc)
+    return acc if acc.dtype == input.dtype else acc.to(input.dtype)
+
+
+def _gathered_input_grad(grad_output, input, grid, grad_grid, sizes, compute, consts):
+    """grad_input by the deterministic gather (see the module docstring)."""
+    N, C, D, H, W, S, Ho, Wo = sizes
+    cells = _cells(N, D, H, W, consts["MODE"])
+    device = input.device
+    key_dtype = torch.int64 if consts["INDEX"] == tl.int64 else torch.int32
+    keys = torch.empty(N * S, dtype=key_dtype, device=device)
+    coords = torch.empty(0 if consts["MODE"] == NEAREST else 3 * N * S, dtype=compute,
+                         device=device)
+    _points_pass(grad_output, input, grid, sizes, consts, grad_grid=grad_grid, keys=keys,
+                 coords=coords)
+    sorted_keys, order = torch.sort(keys, stable=True)
+    starts = torch.searchsorted(sorted_keys, torch.arange(cells + 1, dtype=key_dtype, device=device),
+                                out_int32=key_dtype == torch.int32)
+    grad_input = new_volume(input.shape, input.dtype, input)
+    block_p, block_c = tile(C, 32, 512)  # a voxel's channels share its walk over the points
+    chunks = triton.cdiv(C, block_c)
+    _gather_input_grad_kernel[programs(N, D * H * W, block_p, chunks)](
+        grad_output, grad_input, order, coords, starts, C, D, H, W, D * H * W, S, Ho, Wo, chunks,
+        *grad_output.stride(), *dense_strides(grad_input), MODE=consts["MODE"],
+        COMPUTE=consts["COMPUTE"], INDEX=consts["INDEX"], BLOCK_P=block_p, BLOCK_C=block_c,
+        **LAUNCH)
+    return grad_input
