@@ -135,3 +135,39 @@ def int_sequence(name: str, value, length: int, minimum: int) -> tuple[int, ...]
         if v < minimum:
             raise InvalidArgumentError(f"{name}: expected integers >= {minimum}, got {v} in {value!r}")
     return tuple(int(v) for v in items)
+
+
+def _finite_real(name: str, v, value) -> float:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise InvalidArgumentError(
+            f"{name}: expected real numbers, got {type(v).__name__} {v!r} in {value!r}")
+    if not np.isfinite(float(v)):
+        raise InvalidArgumentError(f"{name}: expected finite numbers, got {v!r} in {value!r}")
+    return float(v)
+
+
+def scale_factors(name: str, value, length: int) -> tuple[float, ...]:
+    """A positive finite number, or ``length`` of them (one per spatial axis)."""
+    items = value if isinstance(value, (list, tuple, np.ndarray)) else (value,) * length
+    if len(items) != length:
+        raise InvalidArgumentError(
+            f"{name}: expected a number or {length} numbers, got {len(items)}: {value!r}")
+    items = tuple(_finite_real(name, v, value) for v in items)
+    if min(items) <= 0:
+        raise InvalidArgumentError(f"{name}: expected positive numbers, got {value!r}")
+    return items
+
+
+def optional_scales(name: str, value, length: int) -> tuple[float | None, ...]:
+    """None, or ``length`` entries each None or a finite number (<= 0 counts as None)."""
+    if value is None:
+        return (None,) * length
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{name}: expected None or {length} numbers-or-None, got {value!r}") from None
+    if len(items) != length:
+        raise InvalidArgumentError(
+            f"{name}: expected None or {length} numbers-or-None, got {len(items)}: {value!r}")
+    return tuple(None if v is None else _finite_real(name, v, value) for v in items)

@@ -123,3 +123,64 @@ def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_m
     for axis in range(3):
         grad_grid[..., axis] = np.where(finite, grad_ixyz[..., axis] * multipliers[axis], 0.0)
     return grad_input, grad_grid
+
+# ---------------------------------------------------------------------------------------
+# Upsampling (SPEC §3)
+# ---------------------------------------------------------------------------------------
+
+
+def upsample_taps(in_size, out_size, align_corners, scale=None):
+    """The taps of one axis: a list of (source index, weight) arrays over the output
+    indices; two taps (i0, l0) and (i1, l1), or the identity's one where in == out."""
+    if in_size == out_size:
+        return [(np.arange(out_size), np.ones(out_size))]
+    o = np.arange(out_size, dtype=np.float64)
+    if align_corners:
+        ratio = (in_size - 1) / (out_size - 1) if out_size > 1 else 0.0
+        src = ratio * o
+    else:
+        ratio = 1.0 / scale if scale is not None and scale > 0 else in_size / out_size
+        src = np.maximum(0.0, ratio * (o + 0.5) - 0.5)
+    i0 = np.minimum(np.floor(src), in_size - 1).astype(np.int64)
+    l1 = np.clip(src - i0, 0.0, 1.0)
+    i1 = i0 + (i0 < in_size - 1)
+    return [(i0, 1.0 - l1), (i1, l1)]
+
+
+def _upsample_corners(in_spatial, out_spatial, align_corners, scales):
+    """The corners as (index tuple for axes D, H, W broadcast over the output, weight)."""
+    scales = scales if scales is not None else (None, None, None)
+    shapes = [(-1, 1, 1), (1, -1, 1), (1, 1, -1)]
+    axes = [[(index.reshape(shape), weight.reshape(shape))
+             for index, weight in upsample_taps(i, o, align_corners, s)]
+            for i, o, s, shape in zip(in_spatial, out_spatial, scales, shapes)]
+    corners = []
+    for (iz, wz) in axes[0]:
+        for (iy, wy) in axes[1]:
+            for (ix, wx) in axes[2]:
+                corners.append(((iz, iy, ix), wz * wy * wx))
+    return corners
+
+
+def upsample_trilinear_3d(input, output_size, align_corners=False, scales=None):
+    """Reference forward: float64 (N, C, Do, Ho, Wo) from the spatial ``output_size`` and
+    the per-axis ``scales`` (None, or 3 floats-or-None)."""
+    input = np.asarray(input, np.float64)
+    N, C = input.shape[:2]
+    out = np.zeros((N, C) + tuple(output_size))
+    corners = _upsample_corners(input.shape[2:], output_size, align_corners, scales)
+    for (iz, iy, ix), weight in corners:
+        out += input[:, :, iz, iy, ix] * weight
+    return out
+
+
+def upsample_trilinear_3d_backward(grad_output, input_size, align_corners=False, scales=None):
+    """Reference backward, the explicit adjoint: every output scatters its gradient times
+    each corner's weight into that corner. float64 (N, C, Di, Hi, Wi)."""
+    grad_output = np.asarray(grad_output, np.float64)
+    grad_input = np.zeros(tuple(input_size))
+    for (iz, iy, ix), weight in _upsample_corners(input_size[2:], grad_output.shape[2:],
+                                                  align_corners, scales):
+        iz, iy, ix = np.broadcast_arrays(iz, iy, ix)
+        np.add.at(grad_input, (slice(None), slice(None), iz, iy, ix), grad_output * weight)
+    return grad_input
