@@ -12,6 +12,8 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated, at import
 
+import itertools  # noqa: E402
+import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
@@ -27,6 +29,7 @@ import torch.nn.functional as F  # noqa: E402
 import volsample._triton as vt  # noqa: E402
 from volsample import _reference  # noqa: E402
 from volsample._triton import grid_sample as tgs  # noqa: E402
+from volsample._triton import upsample as tup  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, on NaN lanes
 
@@ -120,11 +123,21 @@ def check_grid_sample(volume, grid, grad, mode, padding, align, dtype, kind="ncd
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["ncdhw", "channels_last"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("align", [False, True])
-@pytest.mark.parametrize("padding", list(PADDINGS))
-@pytest.mark.parametrize("mode", list(MODES))
+def alternating_layouts(*factors):
+    """Every combination of ``factors``, each with one layout: NCDHW where the sum of the
+    values' positions is even, channels_last where it is odd. Each layout then meets every
+    value of every factor, in half the interpreter time of the full product."""
+    cases = []
+    for picks in itertools.product(*(list(enumerate(f)) for f in factors)):
+        values = tuple(v for _, v in picks)
+        kind = ("ncdhw", "channels_last")[sum(i for i, _ in picks) % 2]
+        name = "-".join(str(v).removeprefix("torch.") for v in values + (kind,))
+        cases.append(pytest.param(*values, kind, id=name))
+    return cases
+
+
+@pytest.mark.parametrize("mode, padding, align, dtype, kind", alternating_layouts(
+    list(MODES), list(PADDINGS), [False, True], DTYPES))
 def test_grid_sample_matches_torch(mode, padding, align, dtype, kind):
     check_grid_sample(*make_problem(dtype), mode, padding, align, dtype, kind)
 
@@ -146,13 +159,13 @@ def test_grid_sample_mixed_precision(dtype, grid_dtype, mode):
                       True, dtype)
 
 
-@pytest.mark.parametrize("shape, out, padding, align", [
-    ((1, 1, 1, 1, 1), (1, 1, 1), "reflection", True),  # all sizes 1: reflection's empty span
-    ((1, 1, 1, 1, 1), (1, 2, 1), "border", False),
-    ((2, 2, 1, 3, 7), (2, 1, 3), "reflection", False),  # size-1 axes among others, a prime
-    ((1, 35, 2, 2, 2), (1, 2, 2), "zeros", True),       # channels beyond one chunk of 32
+@pytest.mark.parametrize("shape, out, padding, align, kind", [
+    ((1, 1, 1, 1, 1), (1, 1, 1), "reflection", True, "ncdhw"),  # sizes 1: an empty span
+    ((1, 1, 1, 1, 1), (1, 2, 1), "border", False, "channels_last"),
+    ((2, 2, 1, 3, 7), (2, 1, 3), "reflection", False, "ncdhw"),  # size-1 axes, a prime
+    ((2, 2, 1, 3, 7), (2, 1, 3), "zeros", True, "channels_last"),
+    ((1, 35, 2, 2, 2), (1, 2, 2), "zeros", True, "channels_last"),  # two chunks of channels
 ])
-@pytest.mark.parametrize("kind", ["ncdhw", "channels_last"])
 def test_grid_sample_odd_shapes(shape, out, padding, align, kind):
     problem = make_problem(torch.float64, shape=shape, out=out, spread=1.5)
     check_grid_sample(*problem, "bilinear", padding, align, torch.float64, kind)
@@ -180,13 +193,14 @@ def test_grid_sample_linear_function_is_exact():
     z, y, x = torch.meshgrid(*(torch.arange(s, dtype=torch.float64) for s in (D, H, W)),
                              indexing="ij")
     volume = (1.0 * x + 2.0 * y + 3.0 * z)[None, None]
-    grid = torch.rand(1, 2, 3, 4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    grid = grid * 1.8 - 0.9  # inside the volume
+    gen = torch.Generator().manual_seed(1)
+    grid = torch.rand(1, 2, 3, 4, 3, dtype=torch.float64, generator=gen) * 1.8 - 0.9  # inside
     out = tgs.forward(volume, grid, 0, 0, True)
     ix, iy, iz = ((grid[..., k] + 1) / 2 * (s - 1) for k, s in enumerate((W, H, D)))
     torch.testing.assert_close(out[:, 0], ix + 2 * iy + 3 * iz, rtol=0, atol=1e-12)
     _, gg = tgs.backward(torch.ones_like(out), volume, grid, 0, 0, True, (False, True), True)
-    slope = torch.tensor([1.0 * (W - 1) / 2, 2.0 * (H - 1) / 2, 3.0 * (D - 1) / 2], dtype=torch.float64)
+    slope = torch.tensor([1.0 * (W - 1) / 2, 2.0 * (H - 1) / 2, 3.0 * (D - 1) / 2],
+                         dtype=torch.float64)
     torch.testing.assert_close(gg, slope.expand_as(gg), rtol=0, atol=1e-12)
 
 
@@ -255,7 +269,8 @@ def test_grid_sample_output_mask(deterministic):
     assert gg is None and torch.equal(gi, full_gi)
     gi, gg = tgs.backward(grad, volume, grid, 0, 1, False, (False, True), deterministic)
     assert gi is None and torch.equal(gg, full_gg)
-    assert tgs.backward(grad, volume, grid, 0, 1, False, (False, False), deterministic) == (None, None)
+    nothing = tgs.backward(grad, volume, grid, 0, 1, False, (False, False), deterministic)
+    assert nothing == (None, None)
 
 
 @pytest.mark.parametrize("shape, out", [((0, 2, 3, 3, 3), (2, 2, 2)),   # no batch
@@ -274,8 +289,7 @@ def test_grid_sample_empty(shape, out):
 @pytest.mark.parametrize("mode", list(MODES))
 def test_grid_sample_deterministic_is_bitwise_reproducible(mode, kind):
     # Many points in few cells, so that voxels gather long, shared lists.
-    volume, grid, grad = make_problem(torch.bfloat16, shape=(2, 5, 3, 3, 3), out=(3, 3, 4),
-                                      spread=0.6)
+    volume, grid, grad = make_problem(torch.bfloat16, shape=(2, 5, 3, 3, 3), spread=0.6)
     volume, grad = layout(volume, kind), layout(grad, kind)
     first = tgs.backward(grad, volume, grid, MODES[mode], 0, False, (True, True), True)
     second = tgs.backward(grad, volume, grid, MODES[mode], 0, False, (True, True), True)
@@ -302,8 +316,79 @@ def test_index_dtype_widens_past_int32():
     # Meta tensors have sizes and strides but no memory: 2**31 elements cost nothing.
     assert vt.index_dtype(torch.empty(2**31 - 1, device="meta")) == vt.tl.int32
     assert vt.index_dtype(torch.empty(2**31, device="meta")) == vt.tl.int64
-    assert vt.index_dtype(torch.empty(2, 3, device="meta").as_strided((2, 3), (2**31, 1))) == vt.tl.int64
+    far_apart = torch.empty(2, 3, device="meta").as_strided((2, 3), (2**31, 1))
+    assert vt.index_dtype(far_apart) == vt.tl.int64
     assert vt.index_dtype(torch.empty(4), counts=(2**31,)) == vt.tl.int64
+
+
+# --------------------------------------------------------------------------------------
+# Trilinear upsampling
+# --------------------------------------------------------------------------------------
+
+RESIZES = {
+    "up": ((3, 4, 5), (5, 8, 9), None),
+    "mixed": ((4, 4, 5), (4, 7, 3), None),  # D kept (the identity), H up, W down
+    "scales": ((3, 4, 5), (4, 6, 7), (1.5, 1.6, 1.5)),
+    "inconsistent scales": ((3, 4, 5), (6, 3, 7), (2.5, 0.4, None)),
+    "to size 1": ((3, 2, 4), (1, 1, 6), None),
+}
+
+
+def check_upsample(resize, align, dtype, kind):
+    size_in, size_out, scales = RESIZES[resize]
+    gen = torch.Generator().manual_seed(2)
+    volume = torch.randn((2, 3) + size_in, generator=gen, dtype=torch.float64).to(dtype)
+    grad = torch.randn((2, 3) + size_out, generator=gen, dtype=torch.float64).to(dtype)
+    scales = scales or (None, None, None)
+    expected = torch.ops.aten.upsample_trilinear3d(volume.double(), size_out, align, *scales)
+    grad_expected = torch.ops.aten.upsample_trilinear3d_backward(
+        grad.double(), size_out, volume.shape, align, *scales)
+    volume, grad = layout(volume, kind), layout(grad, kind)
+    out = tup.forward(volume, size_out, align, scales)
+    assert out.dtype == dtype and out.is_contiguous(memory_format=vt.memory_format(volume))
+    assert_close("output", out, expected, dtype)
+    results = []
+    for deterministic in (False, True):
+        gi = tup.backward(grad, tuple(volume.shape), align, scales, deterministic)
+        assert gi.dtype == dtype and gi.is_contiguous(memory_format=vt.memory_format(grad))
+        assert_close("grad_input", gi, grad_expected, dtype)
+        results.append(gi)
+    assert_bitwise("grad_input (deterministic or not)", *results)
+
+
+@pytest.mark.parametrize("align, dtype, kind", alternating_layouts([False, True], DTYPES))
+def test_upsample_matches_torch(align, dtype, kind):
+    check_upsample("up", align, dtype, kind)
+
+
+@pytest.mark.parametrize("resize", list(RESIZES))
+@pytest.mark.parametrize("align", [False, True])
+def test_upsample_resizes(resize, align):
+    check_upsample(resize, align, torch.float64, "ncdhw")
+
+
+@pytest.mark.parametrize("kind", ["channels_last", "strided"])
+def test_upsample_layouts(kind):
+    check_upsample("mixed", False, torch.float32, kind)
+
+
+def test_upsample_identity_and_empty():
+    volume = torch.randn(2, 3, 3, 4, 5)
+    assert torch.equal(tup.forward(volume, (3, 4, 5), False, (None,) * 3), volume)
+    assert torch.equal(tup.backward(volume, (2, 3, 3, 4, 5), True, None, True), volume)
+    assert tup.forward(volume[:0], (6, 8, 10), False, None).shape == (0, 3, 6, 8, 10)
+    assert tup.backward(volume[:, :0], (2, 0, 2, 2, 2), False, None, True).shape == (2, 0, 2, 2, 2)
+
+
+def test_upsample_64_bit_indexing_gives_the_same_bits(monkeypatch):
+    volume = torch.randn(2, 3, 3, 4, 5)
+    grad = torch.randn(2, 3, 5, 7, 9)
+    expected = (tup.forward(volume, (5, 7, 9), False, None),
+                tup.backward(grad, (2, 3, 3, 4, 5), False, None, True))
+    monkeypatch.setattr(vt, "_INT32_LIMIT", 1)
+    assert_bitwise("output", tup.forward(volume, (5, 7, 9), False, None), expected[0])
+    assert_bitwise("grad_input", tup.backward(grad, (2, 3, 3, 4, 5), False, None, True),
+                   expected[1])
 
 
 # --------------------------------------------------------------------------------------
@@ -335,7 +420,7 @@ _COMPILE_SCRIPT = textwrap.dedent("""
 
     JITFunction.run = run
     import volsample._triton as vt
-    from volsample._triton import grid_sample as gs
+    from volsample._triton import grid_sample as gs, upsample as up
 
     def volume(shape, dtype, channels_last):
         t = torch.randn(shape).to(dtype)
@@ -354,8 +439,11 @@ _COMPILE_SCRIPT = textwrap.dedent("""
                 result[f"grid_sample {dtype} {cl} {mode} {deterministic}"] = [
                     (name, ptx.count("atom.global") + ptx.count("red.global"))
                     for name, ptx in compiled]
+        up.forward(x, (8, 5, 3), False, (None, None, None))
+        up.backward(go, (1, C, 1, 2, 7), True, (None, None, None), True)
     vt._INT32_LIMIT = 1
     gs.backward(go, x, grid, 0, 0, True, (True, True), True)
+    up.backward(go, (1, C, 1, 2, 7), True, (None, None, None), True)
     print(json.dumps(result))
 """)
 
@@ -366,7 +454,6 @@ def test_kernels_compile_for_hopper():
     run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True, text=True,
                          env=env, timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
-    import json
     atomics = json.loads(run.stdout.strip().splitlines()[-1])
     for case, kernels in atomics.items():
         deterministic = case.endswith("True")

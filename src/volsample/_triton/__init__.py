@@ -48,7 +48,8 @@ def memory_format(t: torch.Tensor) -> torch.memory_format:
 
 def new_volume(shape, dtype, like: torch.Tensor, zero: bool = False) -> torch.Tensor:
     """A dense 5-D tensor of logical ``shape`` in the memory format of ``like``."""
-    t = torch.empty(tuple(shape), dtype=dtype, device=like.device, memory_format=memory_format(like))
+    t = torch.empty(tuple(shape), dtype=dtype, device=like.device,
+                    memory_format=memory_format(like))
     return t.zero_() if zero else t
 
 

@@ -29,8 +29,8 @@ import triton
 import triton.language as tl
 
 from .._coords import BORDER, NEAREST, REFLECTION
-from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype, is_channels_last,
-               new_volume, programs, split_spatial, tile, tl_dtype)
+from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
+               is_channels_last, new_volume, programs, split_spatial, tile, tl_dtype)
 
 _NEAREST = tl.constexpr(NEAREST)
 _BORDER = tl.constexpr(BORDER)
@@ -142,12 +142,24 @@ def _corner(K: tl.constexpr, ix, iy, iz, valid, D, H, W, MODE: tl.constexpr,
         fy, wy, _ = _axis_tap(iy, (K >> 1) & 1)
         fz, wz, _ = _axis_tap(iz, K >> 2)
         weight = wx * wy * wz
-    inside = valid & (fx >= 0.0) & (fx < W) & (fy >= 0.0) & (fy < H) & (fz >= 0.0) & (fz < D)
-    # Out-of-volume corners get position 0: their float may be too big for an integer.
-    x = tl.where(inside, fx, 0.0).to(INDEX)
-    y = tl.where(inside, fy, 0.0).to(INDEX)
-    z = tl.where(inside, fz, 0.0).to(INDEX)
+    inside = valid & _within(fx, W) & _within(fy, H) & _within(fz, D)
+    x, y, z = _positions(fx, fy, fz, inside, INDEX)
     return x, y, z, inside, weight
+
+
+@triton.jit
+def _within(f, size):
+    """Whether integral floats f lie in [0, size)."""
+    return (f >= 0.0) & (f < size)
+
+
+@triton.jit
+def _positions(fx, fy, fz, keep, INDEX: tl.constexpr):
+    """Integral floats as integers, 0 where not ``keep`` (such a float may be too big)."""
+    x = tl.where(keep, fx, 0.0).to(INDEX)
+    y = tl.where(keep, fy, 0.0).to(INDEX)
+    z = tl.where(keep, fz, 0.0).to(INDEX)
+    return x, y, z
 
 
 @triton.jit
@@ -229,9 +241,10 @@ def _backward_points_kernel(
         GRID_GRAD: tl.constexpr, SCATTER: tl.constexpr, KEYS: tl.constexpr,
         COMPUTE: tl.constexpr, INDEX: tl.constexpr,
         BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Per-point backward work, one program per BLOCK_P points. GRID_GRAD: grad_grid.
-    SCATTER: atomic adds of grad_output * weight into ``gin``. KEYS: each point's cell
-    id (NO_CELL if it touches no voxel) and, for bilinear, its padded coordinates."""
+    """Per-point backward work, one program per BLOCK_P points. GRID_GRAD: grad_grid
+    (bilinear; nearest's is 0). SCATTER: atomic adds of grad_output * weight into ``gin``.
+    KEYS: each point's cell id (NO_CELL if it touches no voxel) and, for bilinear, its
+    padded coordinates."""
     n, q, pmask = block_of_points(tl.program_id(0).to(INDEX), S, BLOCK_P, INDEX)
     ix, iy, iz, mx, my, mz, valid = _grid_point(grid, n, q, pmask, Ho, Wo, sgN, sgD, sgH, sgW,
                                                 sgK, D, H, W, COMPUTE, PADDING, ALIGN)
@@ -276,22 +289,19 @@ def _backward_points_kernel(
             tl.store(row + 2, tl.where(valid, mz * tl.sum(sz, axis=1), 0.0).to(dtype), mask=pmask)
     if KEYS:
         if MODE == _NEAREST:
-            fx = _round_half_even(ix)
-            fy = _round_half_even(iy)
-            fz = _round_half_even(iz)
-            touches = valid & (fx >= 0.0) & (fx < W) & (fy >= 0.0) & (fy < H) & (fz >= 0.0) & (fz < D)
-        else:  # the cell's low corner may lie at -1: shift positions by one
+            x, y, z, touches, _ = _corner(0, ix, iy, iz, valid, D, H, W, MODE, INDEX)
+        else:  # shifted by one: the cell's low corner may lie at -1
             fx = tl.floor(ix) + 1.0
             fy = tl.floor(iy) + 1.0
             fz = tl.floor(iz) + 1.0
-            touches = valid & (fx >= 0.0) & (fx <= W) & (fy >= 0.0) & (fy <= H) & (fz >= 0.0) & (fz <= D)
+            touches = valid & _within(fx, W + 1) & _within(fy, H + 1) & _within(fz, D + 1)
+            x, y, z = _positions(fx, fy, fz, touches, INDEX)
             row = coords + 3 * p
             tl.store(row, ix, mask=pmask)
             tl.store(row + 1, iy, mask=pmask)
             tl.store(row + 2, iz, mask=pmask)
-        cell = _cell_id(n, tl.where(touches, fz, 0.0).to(INDEX), tl.where(touches, fy, 0.0).to(INDEX),
-                        tl.where(touches, fx, 0.0).to(INDEX), D, H, W, MODE)
-        tl.store(keys + p, tl.where(touches, cell, NO_CELL).to(keys.dtype.element_ty), mask=pmask)
+        cell = tl.where(touches, _cell_id(n, z, y, x, D, H, W, MODE), NO_CELL)
+        tl.store(keys + p, cell.to(keys.dtype.element_ty), mask=pmask)
 
 
 @triton.jit
@@ -355,7 +365,8 @@ def _setup(input, grid, mode, padding_mode, align_corners, tensors, counts):
     Do, Ho, Wo = grid.shape[1:4]
     compute = compute_dtype(input.dtype, grid.dtype)
     consts = dict(MODE=mode, PADDING=padding_mode, ALIGN=bool(align_corners),
-                  COMPUTE=tl_dtype(compute), INDEX=index_dtype(input, grid, *tensors, counts=counts))
+                  COMPUTE=tl_dtype(compute),
+                  INDEX=index_dtype(input, grid, *tensors, counts=counts))
     return (N, C, D, H, W, Do * Ho * Wo, Ho, Wo), compute, consts
 
 
@@ -456,8 +467,8 @@ def _gathered_input_grad(grad_output, input, grid, grad_grid, sizes, compute, co
     _points_pass(grad_output, input, grid, sizes, consts, grad_grid=grad_grid, keys=keys,
                  coords=coords)
     sorted_keys, order = torch.sort(keys, stable=True)
-    starts = torch.searchsorted(sorted_keys, torch.arange(cells + 1, dtype=key_dtype, device=device),
-                                out_int32=key_dtype == torch.int32)
+    cell_ids = torch.arange(cells + 1, dtype=key_dtype, device=device)
+    starts = torch.searchsorted(sorted_keys, cell_ids, out_int32=key_dtype == torch.int32)
     grad_input = new_volume(input.shape, input.dtype, input)
     block_p, block_c = tile(C, 32, 512)  # a voxel's channels share its walk over the points
     chunks = triton.cdiv(C, block_c)

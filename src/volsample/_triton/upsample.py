@@ -1,0 +1,239 @@
+"""Triton kernels for trilinear upsampling (SPEC §3), forward and backward.
+
+Along one axis the forward is a sparse matrix: output index o reads taps i1 and i0 with
+weights l1 and l0 (or, where the axis keeps its size, is the identity). The matrices come
+from the CPU backend's ``axis_matrix``, so both backends use the same coordinates and
+weights, bit for bit; ``transpose`` gives the backward's, each input index listing its
+outputs in increasing order.
+
+Forward: one program per block of output points reads the 8 taps and evaluates
+PyTorch's nested lerp ``fma(l0, v0, l1 * v1)`` along W, then H, then D.
+
+Backward: separable, as three 1-D adjoint passes (W, H, then D) through float32 scratch
+for 16-bit data. In each, every destination element gathers the few source elements of
+its row of the transposed matrix, in the row's order: no atomics and no zero-filling,
+so the result is bitwise reproducible whatever ``deterministic`` says, and it is the
+fast path too.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from .._numba.upsample import axis_matrix, transpose
+from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
+               is_channels_last, new_volume, programs, split_spatial, tile, tl_dtype)
+
+_NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
+
+
+def _matrices(sizes_in, sizes_out, align_corners, scales, compute, device, transposed):
+    """Per spatial axis (D, H, W) the forward's CSR matrix (or, ``transposed``, its
+    transpose) as device tensors (starts, index, weight); None where in == out."""
+    like = _NUMPY[compute](0)
+    host = []
+    scales = scales or (None, None, None)
+    for n_in, n_out, scale in zip(sizes_in, sizes_out, scales):
+        if n_in == n_out:
+            host.append(None)
+            continue
+        matrix = axis_matrix(n_in, n_out, align_corners, float(scale or 0.0), like)
+        host.append(transpose(*matrix, n_in) if transposed else matrix)
+    # One copy to the device for all the integers, one for all the weights.
+    present = [m for m in host if m is not None]
+    ints = torch.from_numpy(np.concatenate([a for m in present for a in m[:2]])).to(device)
+    floats = torch.from_numpy(np.concatenate([m[2] for m in present])).to(device)
+    out, i, f = [], 0, 0
+    for m in host:
+        if m is None:
+            out.append(None)
+            continue
+        starts, index, weight = m
+        out.append((ints[i:i + starts.size], ints[i + starts.size:i + starts.size + index.size],
+                    floats[f:f + weight.size]))
+        i += starts.size + index.size
+        f += weight.size
+    return out
+
+
+@triton.jit
+def _taps(index, weight, o, mask, IDENTITY: tl.constexpr):
+    """Taps (i0, i1) and weights (l0, l1) of output indices o along one axis: row o of a
+    forward matrix holds (i1, l1) then (i0, l0). The identity gives (o, o) and no weights."""
+    if IDENTITY:
+        i0 = o
+        i1 = o
+        l0 = 0.0
+        l1 = 0.0
+    else:
+        i1 = tl.load(index + 2 * o, mask=mask, other=0)
+        i0 = tl.load(index + 2 * o + 1, mask=mask, other=0)
+        l1 = tl.load(weight + 2 * o, mask=mask, other=0.0)[:, None]
+        l0 = tl.load(weight + 2 * o + 1, mask=mask, other=0.0)[:, None]
+    return i0, i1, l0, l1
+
+
+@triton.jit
+def _lerp(v0, v1, l0, l1):
+    """One axis of the forward, rounded as PyTorch's compiled lerp rounds it."""
+    return tl.fma(l0, v0, l1 * v1)
+
+
+@triton.jit
+def _row(at, x0, x1, lx0, lx1, mask, COMPUTE: tl.constexpr, ID_W: tl.constexpr):
+    """Lerp along W of one (z, y) row; ``at`` points at its start, x0/x1 are tap offsets."""
+    value = tl.load(at + x0, mask=mask, other=0.0).to(COMPUTE)
+    if not ID_W:
+        value = _lerp(value, tl.load(at + x1, mask=mask, other=0.0).to(COMPUTE), lx0, lx1)
+    return value
+
+
+@triton.jit
+def _plane(at, y0, y1, ly0, ly1, x0, x1, lx0, lx1, mask, COMPUTE: tl.constexpr,
+           ID_H: tl.constexpr, ID_W: tl.constexpr):
+    """Lerp along W, then H, of one z plane; ``at`` points at its start."""
+    value = _row(at + y0, x0, x1, lx0, lx1, mask, COMPUTE, ID_W)
+    if not ID_H:
+        value = _lerp(value, _row(at + y1, x0, x1, lx0, lx1, mask, COMPUTE, ID_W), ly0, ly1)
+    return value
+
+
+@triton.jit
+def _forward_kernel(inp, out, index_d, weight_d, index_h, weight_h, index_w, weight_w,
+                    C, S, Ho, Wo, siN, siC, siD, siH, siW, soN, soC, soQ,
+                    ID_D: tl.constexpr, ID_H: tl.constexpr, ID_W: tl.constexpr,
+                    COMPUTE: tl.constexpr, INDEX: tl.constexpr,
+                    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """out[n, c, q] from the 8 taps of output point q; one program per BLOCK_P points."""
+    n, q, pmask = block_of_points(tl.program_id(0).to(INDEX), S, BLOCK_P, INDEX)
+    od, oh, ow = split_spatial(q, Ho, Wo)
+    z0, z1, lz0, lz1 = _taps(index_d, weight_d, od, pmask, ID_D)
+    y0, y1, ly0, ly1 = _taps(index_h, weight_h, oh, pmask, ID_H)
+    x0, x1, lx0, lx1 = _taps(index_w, weight_w, ow, pmask, ID_W)
+    z0 = (z0.to(INDEX) * siD)[:, None]
+    z1 = (z1.to(INDEX) * siD)[:, None]
+    y0 = (y0.to(INDEX) * siH)[:, None]
+    y1 = (y1.to(INDEX) * siH)[:, None]
+    x0 = (x0.to(INDEX) * siW)[:, None]
+    x1 = (x1.to(INDEX) * siW)[:, None]
+    for c0 in range(0, C, BLOCK_C):
+        c = (c0 + tl.arange(0, BLOCK_C)).to(INDEX)
+        mask = pmask[:, None] & (c < C)[None, :]
+        at = inp + n * siN + c[None, :] * siC
+        value = _plane(at + z0, y0, y1, ly0, ly1, x0, x1, lx0, lx1, mask, COMPUTE, ID_H, ID_W)
+        if not ID_D:
+            p1 = _plane(at + z1, y0, y1, ly0, ly1, x0, x1, lx0, lx1, mask, COMPUTE, ID_H, ID_W)
+            value = _lerp(value, p1, lz0, lz1)
+        tl.store(out + n * soN + q[:, None] * soQ + c[None, :] * soC,
+                 value.to(out.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _adjoint_pass_kernel(src, dst, starts, index, weight,
+                         C, S, H, W, CHUNKS, ssN, ssC, ssD, ssH, ssW, sdN, sdC, sdQ,
+                         AXIS: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr,
+                         BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """dst = M^T src along logical axis AXIS (2, 3 or 4): dst element i of a line gathers
+    the src elements of row i of the transposed matrix (starts, index, weight), in order.
+    One program per BLOCK_P dst points of (D, H, W) and BLOCK_C channels."""
+    pid = tl.program_id(0).to(INDEX)
+    n, q, pmask = block_of_points(pid // CHUNKS, S, BLOCK_P, INDEX)
+    c = (pid % CHUNKS) * BLOCK_C + tl.arange(0, BLOCK_C).to(INDEX)
+    mask = pmask[:, None] & (c < C)[None, :]
+    d, h, w = split_spatial(q, H, W)
+    at = src + n * ssN + c[None, :] * ssC
+    if AXIS == 2:
+        i = d
+        line = h * ssH + w * ssW
+        step = ssD
+    elif AXIS == 3:
+        i = h
+        line = d * ssD + w * ssW
+        step = ssH
+    else:
+        i = w
+        line = d * ssD + h * ssH
+        step = ssW
+    first = tl.load(starts + i, mask=pmask, other=0).to(INDEX)
+    end = tl.load(starts + i + 1, mask=pmask, other=0).to(INDEX)
+    # -0.0 makes the first fma a plain product, as the CPU computes it; a row without
+    # entries is written as +0.
+    acc = tl.full((BLOCK_P, BLOCK_C), -0.0, COMPUTE)
+    for j in range(0, tl.max(end - first)):
+        k = first + j
+        m = k < end
+        o = tl.load(index + k, mask=m, other=0).to(INDEX)
+        wk = tl.load(weight + k, mask=m, other=0.0)
+        v = tl.load(at + (line + o * step)[:, None], mask=mask & m[:, None], other=0.0)
+        acc = tl.where(m[:, None], tl.fma(wk[:, None], v.to(COMPUTE), acc), acc)
+    acc = tl.where((end > first)[:, None], acc, 0.0)
+    tl.store(dst + n * sdN + q[:, None] * sdQ + c[None, :] * sdC, acc.to(dst.dtype.element_ty),
+             mask=mask)
+
+
+def forward(input, output_size, align_corners: bool, scales):
+    """Trilinear resize of ``input`` (N, C, Di, Hi, Wi) to spatial ``output_size``
+    (Do, Ho, Wo): SPEC §3. ``scales`` holds the forward's per-axis scale factors (D, H, W),
+    None or <= 0 where the sizes define the ratio. Returns the input's dtype and memory
+    format."""
+    N, C = input.shape[:2]
+    Do, Ho, Wo = (int(s) for s in output_size)
+    out = new_volume((N, C, Do, Ho, Wo), input.dtype, input)
+    identity = [a == b for a, b in zip(input.shape[2:], (Do, Ho, Wo))]
+    if out.numel() == 0:
+        return out
+    if all(identity):
+        return out.copy_(input)
+    compute = compute_dtype(input.dtype)
+    maps = _matrices(input.shape[2:], (Do, Ho, Wo), align_corners, scales, compute,
+                     input.device, transposed=False)
+    unused = (out.new_empty(0, dtype=torch.int64), out.new_empty(0, dtype=compute))
+    tables = [t for m in maps for t in (unused if m is None else m[1:])]
+    S = Do * Ho * Wo
+    block_p, block_c = tile(C, 32, 256) if is_channels_last(input) else (256, 1)
+    _forward_kernel[programs(N, S, block_p)](
+        input, out, *tables, C, S, Ho, Wo, *input.stride(), *dense_strides(out),
+        ID_D=identity[0], ID_H=identity[1], ID_W=identity[2], COMPUTE=tl_dtype(compute),
+        INDEX=index_dtype(input, out), BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+    return out
+
+
+def backward(grad_output, input_size, align_corners: bool, scales, deterministic: bool):
+    """Gradient of ``forward`` with respect to its input, of logical shape ``input_size``
+    (N, C, Di, Hi, Wi): SPEC §3. Returns grad_output's dtype and memory format.
+
+    Always bitwise reproducible (a gather, no atomics): ``deterministic`` changes nothing.
+    """
+    del deterministic  # one path serves both: see the module docstring
+    input_size = tuple(int(s) for s in input_size)
+    grad_input = new_volume(input_size, grad_output.dtype, grad_output)
+    if grad_input.numel() == 0:
+        return grad_input
+    if grad_input.shape == grad_output.shape:
+        return grad_input.copy_(grad_output)
+    compute = compute_dtype(grad_output.dtype)
+    maps = _matrices(input_size[2:], grad_output.shape[2:], align_corners, scales, compute,
+                     grad_output.device, transposed=True)
+    src = grad_output
+    passes = [axis for axis in (4, 3, 2) if maps[axis - 2] is not None]
+    for axis in passes:
+        shape = list(src.shape)
+        shape[axis] = input_size[axis]
+        dst = grad_input if axis == passes[-1] else new_volume(shape, compute, grad_output)
+        _adjoint_pass(src, dst, axis, maps[axis - 2])
+        src = dst
+    return grad_input
+
+
+def _adjoint_pass(src, dst, axis, matrix):
+    """Launch ``_adjoint_pass_kernel``: dst = M^T src along ``axis``."""
+    N, C, D, H, W = dst.shape
+    S = D * H * W
+    block_p, block_c = tile(C, 32, 512) if is_channels_last(dst) else (512, 1)
+    chunks = triton.cdiv(C, block_c)
+    _adjoint_pass_kernel[programs(N, S, block_p, chunks)](
+        src, dst, *matrix, C, S, H, W, chunks, *src.stride(), *dense_strides(dst),
+        AXIS=axis, COMPUTE=tl_dtype(compute_dtype(src.dtype, dst.dtype)),
+        INDEX=index_dtype(src, dst), BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
