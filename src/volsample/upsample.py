@@ -15,6 +15,7 @@ import numpy as np
 from . import _checks, _config, _dtypes, _layout
 from ._numba import upsample as _kernels
 
+_INDEX = np.dtype(np.int64)
 _ITEMS_PER_THREAD = 4  # work items per thread, so that a busy core delays little
 
 
@@ -86,14 +87,18 @@ def _workspace_nbytes(input_shape, output_shape, dtype, align_corners, scales, l
                                compute.type(0), backward)
     if dtype != compute:  # the converted source, and the result before its rounding
         total += (math.prod(src_shape) + math.prod(dst_shape)) * compute.itemsize
-    # Per running work item: a plane mapped along the first axis (W forward, D backward),
-    # one mapped along H too, and (forward) the chunk's written flags.
-    chunk, items = _chunk(dst_shape, layout, threads)
+    # Per running work item: forward, a plane mapped along W (unless H keeps its size)
+    # and two slots mapped along H too; backward, a plane combined along D and one mapped
+    # along H too (unless H keeps its size), each row ending in a zero voxel.
+    _, items = _chunk(dst_shape, layout, threads)
     inner = dst_shape[1] if layout == "NDHWC" else 1
     Hs, Hd = src_shape[3], dst_shape[3]
-    width = src_shape[4] + 1 if backward else dst_shape[4]
-    plane = (Hs + (Hd if Hs != Hd else 0)) * width * inner
-    total += min(threads, items) * (plane * compute.itemsize + (0 if backward else chunk))
+    if backward:
+        scratch = (Hs + (Hd if Hs != Hd else 0)) * (src_shape[4] + 1) * inner * compute.itemsize
+    else:  # and which src plane each slot holds
+        scratch = ((Hs if Hs != Hd else 0) + 2 * Hd) * dst_shape[4] * inner * compute.itemsize
+        scratch += 2 * _INDEX.itemsize
+    total += min(threads, items) * scratch
     return int(total)
 
 

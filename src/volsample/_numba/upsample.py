@@ -4,19 +4,19 @@ Trilinear weights are separable: along each axis the forward is a sparse matrix 
 entries per output index (taps i1, i0 with weights l1, l0; one entry (o, 1) where the
 axis keeps its size), and the backward applies the transposes. The matrices are built
 once per call (``tables``) from the coordinate maths in ``_coords``; the kernels only
-combine rows, planes and channel vectors with those weights, in one parallel sweep:
+combine rows, planes and channel vectors with those weights, in one parallel sweep over
+the destination planes:
 
-- ``forward`` maps each source plane along W and then H into scratch and adds it into
-  the output planes it feeds (W on the smallest data, and PyTorch's nested evaluation
-  ``fma(lz0, .., lz1 * ..)`` over ``fma(ly0, .., ..)`` over ``fma(lx0, v0, lx1 * v1)``,
-  operation for operation);
+- ``forward`` maps the (at most two) source planes of each output plane along W and then
+  H into scratch, once per plane and work item, and combines them along D: W runs on the
+  smallest data, and each voxel is PyTorch's nested evaluation ``fma(lz0, .., lz1 * ..)``
+  over ``fma(ly0, .., ..)`` over ``fma(lx0, v0, lx1 * v1)``, operation for operation;
 - ``backward`` combines, for each input plane, the gradient planes of its D row into
   scratch, then maps it along H and W (the costly W gather on the smallest data).
 
 Determinism: a work item owns whole destination planes and everything it writes is its
-own; each destination value is a sum over a matrix row (or, forward along D, a column
-walked backwards) in a fixed order. No atomics, and the bits do not depend on the thread
-count or on which thread runs which item.
+own; each destination value is a sum over matrix rows in a fixed order. No atomics, and
+the bits do not depend on the thread count or on which thread runs which item.
 """
 from __future__ import annotations
 
@@ -76,18 +76,6 @@ def transpose(starts, index, weight, n_cols):
         t_starts[col] = t_starts[col - 1]
     t_starts[0] = 0
     return t_starts, t_index, t_weight
-
-
-@njit(cache=True)
-def _span(rows, first, stop):
-    """Lowest and highest column used by rows first .. stop-1 of a CSR matrix (hi < lo
-    when they are all empty)."""
-    starts, index, _ = rows
-    lo, hi = np.int64(1) << 62, np.int64(-1)
-    for k in range(starts[first], starts[stop]):
-        lo = min(lo, index[k])
-        hi = max(hi, index[k])
-    return lo, hi
 
 
 @njit(cache=True)
@@ -216,61 +204,58 @@ def _items(dst_shape, channels_last, chunk):
 
 @njit(parallel=True, cache=True)
 def forward(src, s_off, s_st, dst, d_off, d_st, src_shape, dst_shape, channels_last,
-            w_taps, h_rows, d_rows, d_cols, chunk):
-    """``dst = D(H(W(src)))`` by source planes: W first, on the smallest data.
+            w_taps, h_rows, d_rows, chunk):
+    """``dst = D(H(W(src)))``: W first, on the smallest data.
 
     Shapes and strides are logical (N, C, D, H, W). ``w_taps`` are ``taps`` tables,
-    ``h_rows`` and ``d_rows`` CSR matrices (dst index -> src entries), ``d_cols`` the
-    transpose of ``d_rows`` (src plane -> dst planes). dst is contiguous in its layout,
-    so each of its planes (H, W and, channels last, C) is one run of memory.
+    ``h_rows`` and ``d_rows`` ``axis_matrix`` CSR matrices (dst index -> src entries).
+    dst is contiguous in its layout, so each of its planes (H, W and, channels last, C)
+    is one run of memory.
 
     A work item is a batch, a channel (all channels, channels last) and a chunk of dst
-    planes. It visits the src planes those read from the last to the first, maps each
-    through W and H once into scratch, and adds it times its D weights into the chunk's
-    dst planes: contributions arrive in decreasing src order, so each voxel is PyTorch's
-    nested ``fma(l0, v0, l1 * v1)`` along W, then H, then D.
+    planes. A dst plane reads src planes i1 and i0, equal or adjacent, so two scratch
+    slots chosen by parity hold them; each src plane is mapped along W and H once per
+    item, and each dst voxel written once, ``fma(l0, v0, l1 * v1)``: PyTorch's nested
+    evaluation along W, then H, then D.
     """
     N, Hs = src_shape[0], src_shape[3]
     Dd, Hd, Wd = dst_shape[2], dst_shape[3], dst_shape[4]
     inner, groups, n_chunks = _items(dst_shape, channels_last, chunk)
     row_len = Wd * inner
     plane = Hd * row_len
-    d_starts, d_index, d_weight = d_cols
+    d_starts, d_index, d_weight = d_rows
     for item in prange(N * groups * n_chunks):  # items own disjoint dst planes
         it = np.int64(item)  # prange indices may be unsigned; mixed with int64 they turn float
         ng, q = divmod(it, n_chunks)
         n, g = divmod(ng, groups)
-        first, stop = q * chunk, min(Dd, (q + 1) * chunk)
-        mapped_w = np.empty(Hs * row_len, dst.dtype)
-        mapped = mapped_w if Hs == Hd else np.empty(plane, dst.dtype)
-        written = np.zeros(stop - first, np.bool_)
+        mapped_w = np.empty(0 if Hs == Hd else Hs * row_len, dst.dtype)
+        slots = np.empty((2, plane), dst.dtype)
+        held = np.full(2, -1, np.int64)  # the src plane in each slot
         s_base = s_off + n * s_st[0] + g * s_st[1]
         d_base = d_off + n * d_st[0] + g * d_st[1]
-        lo, hi = _span(d_rows, first, stop)
-        for s in range(hi, lo - 1, -1):
-            _gather_w(src, s_base + s * s_st[2], s_st[3], s_st[4], s_st[1], mapped_w, 0, Hs,
-                      inner, w_taps)
-            if Hs != Hd:
-                _combine_rows(mapped_w, mapped, row_len, h_rows)
-            for k in range(d_starts[s], d_starts[s + 1]):
-                p = d_index[k]
-                if p < first or p >= stop:
-                    continue
-                w = d_weight[k]
-                out = d_base + p * d_st[2]
-                if written[p - first]:
-                    for j in range(plane):
-                        at = np.uint64(out + j)
-                        dst[at] = fma(w, mapped[np.uint64(j)], dst[at])
-                else:
-                    for j in range(plane):
-                        dst[np.uint64(out + j)] = w * mapped[np.uint64(j)]
-                    written[p - first] = True
-        for p in range(first, stop):  # planes no src plane reaches (some when shrinking)
-            if not written[p - first]:
-                out = d_base + p * d_st[2]
+        for p in range(q * chunk, min(Dd, (q + 1) * chunk)):
+            first, stop = d_starts[p], d_starts[p + 1]
+            for k in range(first, stop):
+                s = d_index[k]
+                if held[s % 2] != s:
+                    at = s_base + s * s_st[2]
+                    if Hs == Hd:  # H keeps its size: W straight into the slot
+                        _gather_w(src, at, s_st[3], s_st[4], s_st[1], slots[s % 2], 0, Hs,
+                                  inner, w_taps)
+                    else:
+                        _gather_w(src, at, s_st[3], s_st[4], s_st[1], mapped_w, 0, Hs, inner,
+                                  w_taps)
+                        _combine_rows(mapped_w, slots[s % 2], row_len, h_rows)
+                    held[s % 2] = s
+            out = d_base + p * d_st[2]
+            v1, w1 = slots[d_index[first] % 2], d_weight[first]
+            if stop - first == 1:  # D keeps its size
                 for j in range(plane):
-                    dst[np.uint64(out + j)] = typed(0, mapped[0])
+                    dst[np.uint64(out + j)] = w1 * v1[np.uint64(j)]
+            else:
+                v0, w0 = slots[d_index[first + 1] % 2], d_weight[first + 1]
+                for j in range(plane):
+                    dst[np.uint64(out + j)] = fma(w0, v0[np.uint64(j)], w1 * v1[np.uint64(j)])
 
 
 @njit(parallel=True, cache=True)
@@ -305,24 +290,23 @@ def backward(src, s_off, s_st, dst, d_off, d_st, src_shape, dst_shape, channels_
 
 
 def tables(input_shape, output_shape, align_corners, scales, like, transposed):
-    """The maps a call applies, as its kernel takes them, and the bytes they occupy.
+    """The maps a call applies along W, H and D, as its kernel takes them, and the bytes
+    they occupy while it runs.
 
     Shapes are the forward's (logical); ``scales`` its three scale factors (None or
-    <= 0: none). ``transposed`` asks for the backward's tables.
+    <= 0: none). ``transposed`` asks for the backward's maps, the forward's transposed.
     """
     maps = []
     for axis in (4, 3, 2):
         n_in = input_shape[axis]
-        forward_map = axis_matrix(n_in, output_shape[axis], align_corners,
-                                  scales[axis - 2] or 0.0, like)
-        maps.append((forward_map, transpose(*forward_map, n_in)))
-    (w_map, w_adj), (h_map, h_adj), (d_map, d_adj) = maps
-    if transposed:  # pad taps read the zero voxel after each scratch row
-        args = (taps(*w_adj, output_shape[4]), h_adj, d_adj)
-    else:  # every row has the same length, so no padding
-        args = (taps(*w_map, 0), h_map, d_map, d_adj)
-    nbytes = sum(a.nbytes for pair in maps for m in pair for a in m)
-    return args, nbytes + sum(a.nbytes for a in args[0])
+        matrix = axis_matrix(n_in, output_shape[axis], align_corners,
+                             scales[axis - 2] or 0.0, like)
+        maps.append(transpose(*matrix, n_in) if transposed else matrix)
+    w_map, h_map, d_map = maps
+    # Forward W rows all have the same length: no padding. Backward pad taps read the zero
+    # voxel that ends each scratch row.
+    args = (taps(*w_map, output_shape[4] if transposed else 0), h_map, d_map)
+    return args, sum(a.nbytes for a in args[0] + h_map + d_map)
 
 
 def launch(src, dst, channels_last, args, chunk, transposed):
