@@ -18,6 +18,8 @@ and two small @triton.jit addressing helpers.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -30,6 +32,18 @@ LAUNCH = dict(enable_fp_fusion=False)
 
 _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
               torch.float32: tl.float32, torch.float64: tl.float64}
+
+
+def on_device_of_first_argument(launcher):
+    """Run ``launcher`` with the CUDA device of its first tensor argument current: Triton
+    and torch launch their kernels on the current device."""
+    @functools.wraps(launcher)
+    def wrapper(first, *args, **kwargs):
+        if first.device.type != "cuda":
+            return launcher(first, *args, **kwargs)
+        with torch.cuda.device(first.device):
+            return launcher(first, *args, **kwargs)
+    return wrapper
 
 
 def is_channels_last(t: torch.Tensor) -> bool:

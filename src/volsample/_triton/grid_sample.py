@@ -30,7 +30,8 @@ import triton.language as tl
 
 from .._coords import BORDER, NEAREST, REFLECTION
 from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
-               is_channels_last, new_volume, programs, split_spatial, tile, tl_dtype)
+               is_channels_last, new_volume, on_device_of_first_argument, programs,
+               split_spatial, tile, tl_dtype)
 
 _NEAREST = tl.constexpr(NEAREST)
 _BORDER = tl.constexpr(BORDER)
@@ -375,6 +376,7 @@ def _cells(N, D, H, W, mode):
     return N * D * H * W if mode == NEAREST else N * (D + 1) * (H + 1) * (W + 1)
 
 
+@on_device_of_first_argument
 def forward(input, grid, mode: int, padding_mode: int, align_corners: bool):
     """Sample ``input`` (N, C, D, H, W) at ``grid`` (N, Do, Ho, Wo, 3): SPEC §2.
 
@@ -394,6 +396,7 @@ def forward(input, grid, mode: int, padding_mode: int, align_corners: bool):
     return out
 
 
+@on_device_of_first_argument
 def backward(grad_output, input, grid, mode: int, padding_mode: int, align_corners: bool,
              output_mask, deterministic: bool):
     """Gradients of ``forward`` with respect to input and grid: SPEC §2.

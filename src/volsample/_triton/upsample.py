@@ -24,7 +24,8 @@ import triton.language as tl
 
 from .._numba.upsample import axis_matrix, transpose
 from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
-               is_channels_last, new_volume, programs, split_spatial, tile, tl_dtype)
+               is_channels_last, new_volume, on_device_of_first_argument, programs,
+               split_spatial, tile, tl_dtype)
 
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 
@@ -173,6 +174,7 @@ def _adjoint_pass_kernel(src, dst, starts, index, weight,
              mask=mask)
 
 
+@on_device_of_first_argument
 def forward(input, output_size, align_corners: bool, scales):
     """Trilinear resize of ``input`` (N, C, Di, Hi, Wi) to spatial ``output_size``
     (Do, Ho, Wo): SPEC §3. ``scales`` holds the forward's per-axis scale factors (D, H, W),
@@ -200,6 +202,7 @@ def forward(input, output_size, align_corners: bool, scales):
     return out
 
 
+@on_device_of_first_argument
 def backward(grad_output, input_size, align_corners: bool, scales, deterministic: bool):
     """Gradient of ``forward`` with respect to its input, of logical shape ``input_size``
     (N, C, Di, Hi, Wi): SPEC §3. Returns grad_output's dtype and memory format.
