@@ -7,6 +7,7 @@ documented numbers exactly.
 """
 from __future__ import annotations
 
+import math
 import runpy
 import threading
 import tracemalloc
@@ -23,10 +24,13 @@ from volsample import aclnn
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 GRID_OP = "aclnnGridSampler3DBackward"
+UPSAMPLE_OP = "aclnnUpsampleTrilinear3dBackward"
 NULLPTR, INVALID, RUNTIME = 161001, 161002, 361001
 FORMATS = {"ND": aclnn.ACL_FORMAT_ND, "NCDHW": aclnn.ACL_FORMAT_NCDHW, "NDHWC": aclnn.ACL_FORMAT_NDHWC}
 LAYOUT = {"ND": "NCDHW", "NCDHW": "NCDHW", "NDHWC": "NDHWC"}
 NDHWC_OF_NCDHW = (0, 2, 3, 4, 1)
+# Values of every wrong kind, for the never-raises tests
+WEIRD = [None, "x", 1.5, -1, 2**70, object(), [1, 2], np.zeros(0), float("nan")]
 
 
 def physical(logical_array, fmt):
@@ -37,7 +41,8 @@ def physical(logical_array, fmt):
 
 
 def assert_failed(result, status, op, param):
-    """Phase one failed with ``status`` and a message naming ``param``."""
+    """A call failed with ``status`` and a message naming ``param``; phase one's result
+    is then ``(status, 0, None)``."""
     got = result[0] if isinstance(result, tuple) else result
     message = aclnn.aclGetRecentErrMsg()
     assert got == status, f"status {got}, expected {status}; message: {message}"
@@ -61,8 +66,8 @@ def grid_arrays(rng, dtype=np.float32, N=2, C=3, in_dhw=(4, 5, 6), out_dhw=(3, 2
 
 def grid_args(arrays, fmt="NCDHW", mode=0, padding=0, align=False, mask=(True, True)):
     """Keyword arguments of a valid GridSampler3DBackward phase one over ``arrays``."""
-    args = {name: aclnn.aclCreateTensor(arr, FORMATS[fmt] if name != "grid" and name != "gridGrad"
-                                        else aclnn.ACL_FORMAT_ND)
+    args = {name: aclnn.aclCreateTensor(arr, aclnn.ACL_FORMAT_ND if name in ("grid", "gridGrad")
+                                        else FORMATS[fmt])
             for name, arr in arrays.items()}
     args.update(interpolationMode=mode, paddingMode=padding, alignCorners=align,
                 outputMask=None if mask is None else aclnn.aclCreateBoolArray(list(mask)))
@@ -70,11 +75,12 @@ def grid_args(arrays, fmt="NCDHW", mode=0, padding=0, align=False, mask=(True, T
 
 
 def run_grid(args):
-    """Both phases; return (phase-one status, workspace size, phase-two status)."""
+    """Both phases, which must succeed; return the workspace size."""
     status, size, executor = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**args)
     assert status == 0, aclnn.aclGetRecentErrMsg()
     workspace = aclnn.aclrtMalloc(size) if size > 0 else None
-    return status, size, aclnn.aclnnGridSampler3DBackward(workspace, size, executor, None)
+    assert aclnn.aclnnGridSampler3DBackward(workspace, size, executor, None) == 0, aclnn.aclGetRecentErrMsg()
+    return size
 
 
 @pytest.fixture
@@ -193,8 +199,7 @@ def test_grid_nothing_asked_is_success_without_work(rng, mask):
     arrays = grid_arrays(rng)
     arrays["inputGrad"][...] = 7.0  # sentinels: nothing may be written
     arrays["gridGrad"][...] = -7.0
-    _, size, status = run_grid(grid_args(arrays, mask=mask))
-    assert (size, status) == (0, 0)
+    assert run_grid(grid_args(arrays, mask=mask)) == 0  # no workspace
     assert (arrays["inputGrad"] == 7.0).all() and (arrays["gridGrad"] == -7.0).all()
 
 
@@ -209,8 +214,7 @@ def test_grid_empty_inputs(rng, N, C, in_dhw, out_dhw, fmt):
     arrays = grid_arrays(rng, N=N, C=C, in_dhw=in_dhw, out_dhw=out_dhw, fmt=fmt)
     arrays["inputGrad"][...] = 7.0
     arrays["gridGrad"][...] = 7.0
-    _, size, status = run_grid(grid_args(arrays, fmt=fmt))
-    assert status == 0 and size == 0
+    assert run_grid(grid_args(arrays, fmt=fmt)) == 0  # no workspace
     assert not arrays["inputGrad"].any() and not arrays["gridGrad"].any()
 
 
@@ -226,6 +230,18 @@ def test_grid_matches_numpy_api(rng, dtype, mode, padding, align, fmt):
         arrays["gradOutput"], arrays["input"], arrays["grid"], ("bilinear", "nearest")[mode],
         ("zeros", "border", "reflection")[padding], align, layout=LAYOUT[fmt])
     assert_bitwise_equal("inputGrad", arrays["inputGrad"], expected[0])
+    assert_bitwise_equal("gridGrad", arrays["gridGrad"], expected[1])
+
+
+@pytest.mark.parametrize("grid_format", [aclnn.ACL_FORMAT_NCDHW, aclnn.ACL_FORMAT_NDHWC])
+def test_grid_tag_is_not_read(rng, grid_format):
+    """A grid is (N, Do, Ho, Wo, 3) whatever its format tag."""
+    arrays = grid_arrays(rng, dtype=np.float64)
+    args = grid_args(arrays)
+    retag(args, "grid", fmt=grid_format)
+    retag(args, "gridGrad", fmt=grid_format)
+    run_grid(args)
+    expected = volsample.grid_sample_3d_backward(arrays["gradOutput"], arrays["input"], arrays["grid"])
     assert_bitwise_equal("gridGrad", arrays["gridGrad"], expected[1])
 
 
@@ -281,24 +297,228 @@ def test_grid_writes_into_strided_views(rng):
     assert (parent_in[..., 1::2] == 7.0).all() and (parent_grid[..., ::2] == 7.0).all()
 
 
-# --- phase two ---------------------------------------------------------------------------
+# --- UpsampleTrilinear3dBackward: building valid calls ----------------------------------
 
 
-def test_executor_runs_once(valid_grid):
-    status, size, executor = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**valid_grid)
+def upsample_arrays(rng, dtype=np.float32, N=2, C=3, in_dhw=(3, 4, 5), out_dhw=(5, 7, 9), fmt="NCDHW"):
+    """A random gradOut and a zeroed gradInput, in ``fmt``'s physical order."""
+    go = rng.standard_normal((N, C) + tuple(out_dhw)).astype(dtype)
+    gi = np.zeros((N, C) + tuple(in_dhw), dtype)
+    return {"gradOut": physical(go, fmt), "gradInput": physical(gi, fmt),
+            "input_size": (N, C) + tuple(in_dhw), "output_size": tuple(out_dhw)}
+
+
+def upsample_args(arrays, fmt="NCDHW", align=False, scales=(0.0, 0.0, 0.0)):
+    """Keyword arguments of a valid UpsampleTrilinear3dBackward phase one over ``arrays``."""
+    return {"gradOut": aclnn.aclCreateTensor(arrays["gradOut"], FORMATS[fmt]),
+            "outputSize": aclnn.aclCreateIntArray(arrays["output_size"]),
+            "inputSize": aclnn.aclCreateIntArray(arrays["input_size"]),
+            "alignCorners": align, "scalesD": scales[0], "scalesH": scales[1], "scalesW": scales[2],
+            "gradInput": aclnn.aclCreateTensor(arrays["gradInput"], FORMATS[fmt])}
+
+
+def run_upsample(args):
+    """Both phases, which must succeed; return the workspace size."""
+    status, size, executor = aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(**args)
+    assert status == 0, aclnn.aclGetRecentErrMsg()
+    workspace = aclnn.aclrtMalloc(size) if size > 0 else None
+    assert aclnn.aclnnUpsampleTrilinear3dBackward(workspace, size, executor, None) == 0, \
+        aclnn.aclGetRecentErrMsg()
+    return size
+
+
+@pytest.fixture
+def valid_upsample(rng):
+    return upsample_args(upsample_arrays(rng))
+
+
+def int_array(args, name, values):
+    args[name] = aclnn.aclCreateIntArray(values)
+
+
+# The valid call: gradOut (2, 3, 5, 7, 9) NCDHW float32, outputSize [5, 7, 9],
+# inputSize [2, 3, 3, 4, 5], gradInput (2, 3, 3, 4, 5).
+UPSAMPLE_FAULTS = {
+    # 161001: null pointers
+    "null-gradOut": (lambda a: a.update(gradOut=None), NULLPTR, "gradOut"),
+    "null-outputSize": (lambda a: a.update(outputSize=None), NULLPTR, "outputSize"),
+    "null-inputSize": (lambda a: a.update(inputSize=None), NULLPTR, "inputSize"),
+    "null-gradInput": (lambda a: a.update(gradInput=None), NULLPTR, "gradInput"),
+    "list-outputSize": (lambda a: a.update(outputSize=[5, 7, 9]), INVALID, "outputSize"),
+    "raw-array-gradOut": (lambda a: a.update(gradOut=a["gradOut"].array), INVALID, "gradOut"),
+    # 161002: dtype or format unsupported; gradInput's dtype not gradOut's
+    "dtype-gradOut-int64": (lambda a: [with_dtype(a, n, np.int64) for n in ("gradOut", "gradInput")],
+                            INVALID, "gradOut"),
+    "format-gradOut": (lambda a: retag(a, "gradOut", fmt=aclnn.ACL_FORMAT_NCHW), INVALID, "gradOut"),
+    "format-gradInput": (lambda a: retag(a, "gradInput", fmt=aclnn.ACL_FORMAT_FRACTAL_Z), INVALID, "gradInput"),
+    "dtype-gradInput": (lambda a: with_dtype(a, "gradInput", np.float64), INVALID, "gradInput"),
+    # 161002: gradOut's rank
+    "rank-gradOut": (lambda a: with_shape(a, "gradOut", (2, 3, 5, 63)), INVALID, "gradOut"),
+    # 161002: outputSize's size or values
+    "outputSize-size-2": (lambda a: int_array(a, "outputSize", [7, 9]), INVALID, "outputSize"),
+    "outputSize-size-4": (lambda a: int_array(a, "outputSize", [5, 7, 9, 1]), INVALID, "outputSize"),
+    "outputSize-zero": (lambda a: int_array(a, "outputSize", [5, 0, 9]), INVALID, "outputSize"),
+    "outputSize-negative": (lambda a: int_array(a, "outputSize", [5, 7, -9]), INVALID, "outputSize"),
+    # 161002: inputSize's size or spatial values
+    "inputSize-size-4": (lambda a: int_array(a, "inputSize", [2, 3, 3, 4]), INVALID, "inputSize"),
+    "inputSize-D-zero": (lambda a: int_array(a, "inputSize", [2, 3, 0, 4, 5]), INVALID, "inputSize"),
+    "inputSize-W-negative": (lambda a: int_array(a, "inputSize", [2, 3, 3, 4, -5]), INVALID, "inputSize"),
+    # 161002: gradOut against inputSize / outputSize
+    "gradOut-N": (lambda a: int_array(a, "inputSize", [1, 3, 3, 4, 5]), INVALID, "gradOut"),
+    "gradOut-C": (lambda a: int_array(a, "inputSize", [2, 4, 3, 4, 5]), INVALID, "gradOut"),
+    "gradOut-negative-N": (lambda a: int_array(a, "inputSize", [-2, 3, 3, 4, 5]), INVALID, "gradOut"),
+    "gradOut-DHW": (lambda a: int_array(a, "outputSize", [5, 9, 7]), INVALID, "gradOut"),
+    # 161002: gradInput's shape against inputSize
+    "gradInput-shape": (lambda a: with_shape(a, "gradInput", (2, 3, 3, 4, 6)), INVALID, "gradInput"),
+    "gradInput-rank": (lambda a: with_shape(a, "gradInput", (2, 3, 3, 20)), INVALID, "gradInput"),
+    "gradInput-NDHWC-tagged-NCDHW": (lambda a: with_shape(a, "gradInput", (2, 3, 4, 5, 3)), INVALID, "gradInput"),
+    # 161002: the scalar arguments, and an output the call cannot write
+    "alignCorners-str": (lambda a: a.update(alignCorners="false"), INVALID, "alignCorners"),
+    "scalesD-nan": (lambda a: a.update(scalesD=float("nan")), INVALID, "scalesD"),
+    "scalesH-str": (lambda a: a.update(scalesH="2.0"), INVALID, "scalesH"),
+    "scalesW-inf": (lambda a: a.update(scalesW=float("inf")), INVALID, "scalesW"),
+    "gradInput-read-only": (lambda a: a["gradInput"].array.setflags(write=False), INVALID, "gradInput"),
+}
+
+
+@pytest.mark.parametrize("fault", UPSAMPLE_FAULTS.values(), ids=UPSAMPLE_FAULTS.keys())
+def test_upsample_phase_one_rejects(valid_upsample, fault):
+    break_call, status, param = fault
+    break_call(valid_upsample)
+    result = aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(**valid_upsample)
+    assert_failed(result, status, UPSAMPLE_OP + "GetWorkspaceSize", param)
+
+
+@pytest.mark.parametrize("faults, status, param", [
+    (["null-gradInput", "null-inputSize"], NULLPTR, "inputSize"),
+    (["dtype-gradInput", "format-gradOut"], INVALID, "gradOut"),
+    (["rank-gradOut", "dtype-gradInput"], INVALID, "gradInput"),
+    (["inputSize-size-4", "outputSize-zero"], INVALID, "outputSize"),
+    (["gradOut-DHW", "gradOut-C"], INVALID, "gradOut"),
+    (["gradInput-shape", "scalesD-nan"], INVALID, "gradInput"),
+])
+def test_upsample_phase_one_check_order(valid_upsample, faults, status, param):
+    for name in faults:
+        UPSAMPLE_FAULTS[name][0](valid_upsample)
+    result = aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(**valid_upsample)
+    assert_failed(result, status, UPSAMPLE_OP + "GetWorkspaceSize", param)
+
+
+@pytest.mark.parametrize("N, C", [(0, 3), (2, 0)])
+@pytest.mark.parametrize("fmt", ["NCDHW", "NDHWC"])
+def test_upsample_zero_batch_or_channels(rng, N, C, fmt):
+    assert run_upsample(upsample_args(upsample_arrays(rng, N=N, C=C, fmt=fmt), fmt=fmt)) == 0
+
+
+UPSAMPLE_CASES = [
+    # (input D, H, W, output D, H, W, scales): why
+    ((3, 4, 5), (5, 7, 9), (0.0, 0.0, 0.0)),   # upsampling, ratios from the sizes
+    ((3, 4, 5), (6, 8, 15), (2.0, 2.0, 3.0)),  # the forward's integer scales
+    ((4, 5, 6), (6, 7, 9), (1.7, -1.0, 1.5)),  # one axis derives from sizes (scale <= 0)
+    ((6, 7, 8), (3, 7, 5), (0.0, 0.0, 0.0)),   # downsampling, and an identity axis
+    ((1, 1, 2), (3, 2, 1), (0.0, 0.0, 0.0)),   # size-1 axes
+    ((3, 4, 5), (5, 7, 9), (0.9, 3.0, 0.25)),  # scales inconsistent with the sizes
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("in_dhw, out_dhw, scales", UPSAMPLE_CASES)
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("fmt", ["ND", "NDHWC"])
+def test_upsample_matches_numpy_api(rng, dtype, in_dhw, out_dhw, scales, align, fmt):
+    arrays = upsample_arrays(rng, dtype=dtype, in_dhw=in_dhw, out_dhw=out_dhw, fmt=fmt)
+    run_upsample(upsample_args(arrays, fmt=fmt, align=align, scales=scales))
+    expected = volsample.upsample_trilinear_3d_backward(
+        arrays["gradOut"], arrays["input_size"], align, scales, layout=LAYOUT[fmt])
+    assert_bitwise_equal("gradInput", arrays["gradInput"], expected)
+
+
+@pytest.mark.parametrize("fmt_go, fmt_gi", [("NDHWC", "NDHWC"), ("NCDHW", "NDHWC"), ("NDHWC", "ND")])
+@pytest.mark.parametrize("in_dhw, out_dhw, scales", UPSAMPLE_CASES[:4])
+@pytest.mark.parametrize("align", [False, True])
+def test_upsample_formats_against_torch(rng, fmt_go, fmt_gi, in_dhw, out_dhw, scales, align):
+    """gradOut and gradInput in their own formats (NDHWC physically channels-last) give
+    PyTorch's gradient; the int arrays stay in NCDHW / DHW order."""
+    logical = upsample_arrays(rng, dtype=np.float64, in_dhw=in_dhw, out_dhw=out_dhw)
+    arrays = dict(logical, gradOut=physical(logical["gradOut"], fmt_go),
+                  gradInput=physical(logical["gradInput"], fmt_gi))
+    args = upsample_args(arrays, align=align, scales=scales)
+    retag(args, "gradOut", fmt=FORMATS[fmt_go])
+    retag(args, "gradInput", fmt=FORMATS[fmt_gi])
+    run_upsample(args)
+    expected = torch.ops.aten.upsample_trilinear3d_backward(
+        torch_tensor(logical["gradOut"]), list(out_dhw), list(logical["input_size"]), align, *scales)
+    assert_close("gradInput", arrays["gradInput"], physical(numpy_array(expected), fmt_gi), 1e-12, 1e-12)
+
+
+@pytest.mark.parametrize("position, value", [
+    (p, v) for p in range(8) for v in WEIRD
+], ids=lambda x: x if isinstance(x, int) else type(x).__name__)
+def test_upsample_phase_one_never_raises(valid_upsample, position, value):
+    """Anything in any argument position is a status code, never an exception."""
+    names = ("gradOut", "outputSize", "inputSize", "alignCorners", "scalesD", "scalesH", "scalesW",
+             "gradInput")
+    args = [valid_upsample[name] for name in names]
+    args[position] = value
+    status, size, executor = aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(*args)
+    if names[position].startswith("scales") and value is not None and isinstance(value, (int, float)) \
+            and math.isfinite(value):
+        # any finite scale is valid (<= 0: from the sizes; huge: source coordinate 0)
+        assert status == 0, aclnn.aclGetRecentErrMsg()
+        assert aclnn.aclnnUpsampleTrilinear3dBackward(aclnn.aclrtMalloc(size), size, executor) == 0
+        return
+    is_pointer = isinstance(valid_upsample[names[position]], (aclnn.aclTensor, aclnn.aclIntArray))
+    expected = NULLPTR if value is None and is_pointer else INVALID
+    assert (status, size, executor) == (expected, 0, None)
+    assert names[position] in aclnn.aclGetRecentErrMsg()
+
+
+# --- phase two (both operators) ---------------------------------------------------------
+
+PHASE_ONE = {GRID_OP: aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize,
+             UPSAMPLE_OP: aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize}
+PHASE_TWO = {GRID_OP: aclnn.aclnnGridSampler3DBackward,
+             UPSAMPLE_OP: aclnn.aclnnUpsampleTrilinear3dBackward}
+OUTPUT = {GRID_OP: "inputGrad", UPSAMPLE_OP: "gradInput"}
+NUMPY_FUNCTION = {GRID_OP: "grid_sample_3d_backward", UPSAMPLE_OP: "upsample_trilinear_3d_backward"}
+
+
+@pytest.fixture(params=[GRID_OP, UPSAMPLE_OP])
+def valid_call(request, valid_grid, valid_upsample):
+    """(operator, keyword arguments of a valid phase one)."""
+    return request.param, valid_grid if request.param == GRID_OP else valid_upsample
+
+
+def test_executor_runs_once(valid_call):
+    op, args = valid_call
+    status, size, executor = PHASE_ONE[op](**args)
     workspace = aclnn.aclrtMalloc(size)
-    assert aclnn.aclnnGridSampler3DBackward(workspace, size, executor, None) == 0
-    assert_failed(aclnn.aclnnGridSampler3DBackward(workspace, size, executor, None), INVALID,
-                  GRID_OP, "executor")
+    assert PHASE_TWO[op](workspace, size, executor, None) == 0
+    assert_failed(PHASE_TWO[op](workspace, size, executor, None), INVALID, op, "executor")
 
 
-def grid_phase_two_fault(valid_grid, fault):
+def test_executor_runs_once_across_threads(valid_call):
+    """Threads racing to run one executor: exactly one runs it."""
+    op, args = valid_call
+    _, size, executor = PHASE_ONE[op](**args)
+    start = threading.Barrier(4)
+    statuses = []
+
+    def launch():
+        start.wait()
+        statuses.append(PHASE_TWO[op](aclnn.aclrtMalloc(size), size, executor))
+    workers = [threading.Thread(target=launch) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert sorted(statuses) == [0, INVALID, INVALID, INVALID]
+
+
+def test_executor_of_another_operator(valid_grid, valid_upsample):
     _, size, executor = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**valid_grid)
-    assert size > 0
-    launch = {"workspace": aclnn.aclrtMalloc(size), "workspaceSize": size,
-              "executor": executor, "stream": None}
-    fault(launch, size)
-    return executor, launch
+    assert_failed(aclnn.aclnnUpsampleTrilinear3dBackward(aclnn.aclrtMalloc(size), size, executor),
+                  INVALID, UPSAMPLE_OP, "executor")
 
 
 PHASE_TWO_FAULTS = {
@@ -314,56 +534,105 @@ PHASE_TWO_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", PHASE_TWO_FAULTS.values(), ids=PHASE_TWO_FAULTS.keys())
-def test_grid_phase_two_rejects(valid_grid, fault):
+def test_phase_two_rejects(valid_call, fault):
+    op, args = valid_call
     break_launch, status, param = fault
-    executor, launch = grid_phase_two_fault(valid_grid, break_launch)
-    assert_failed(aclnn.aclnnGridSampler3DBackward(**launch), status, GRID_OP, param)
-    assert not valid_grid["inputGrad"].array.any(), "a refused launch wrote its output"
-    if isinstance(executor, aclnn.aclOpExecutor):  # a refused launch leaves the executor usable
-        size = executor.workspace_size
-        assert aclnn.aclnnGridSampler3DBackward(aclnn.aclrtMalloc(size), size, executor, None) == 0
-        assert valid_grid["inputGrad"].array.any()
+    _, size, executor = PHASE_ONE[op](**args)
+    assert size > 0
+    launch = {"workspace": aclnn.aclrtMalloc(size), "workspaceSize": size,
+              "executor": executor, "stream": None}
+    break_launch(launch, size)
+    output = args[OUTPUT[op]].array
+    assert_failed(PHASE_TWO[op](**launch), status, op, param)
+    assert not output.any(), "a refused launch wrote its output"
+    # a refused launch leaves the executor usable
+    assert PHASE_TWO[op](aclnn.aclrtMalloc(size), size, executor, None) == 0
+    assert output.any()
 
 
-def test_phase_two_accepts_streams_and_larger_workspaces(valid_grid):
-    _, size, executor = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**valid_grid)
+def test_phase_two_accepts_streams_and_larger_workspaces(valid_call):
+    op, args = valid_call
+    _, size, executor = PHASE_ONE[op](**args)
     stream = aclnn.aclrtCreateStream()
-    assert aclnn.aclnnGridSampler3DBackward(bytearray(size + 100), size + 100, executor, stream) == 0
+    assert PHASE_TWO[op](bytearray(size + 100), size + 100, executor, stream) == 0
     assert aclnn.aclrtSynchronizeStream(stream) == 0
-    assert valid_grid["gridGrad"].array.any()
+    assert args[OUTPUT[op]].array.any()
 
 
-def test_grid_computation_failure_is_runtime_error(valid_grid, monkeypatch):
+def test_computation_failure_is_runtime_error(valid_call, monkeypatch):
+    op, args = valid_call
+
     def fail(*args, **kwargs):
         raise MemoryError("out of memory")
-    monkeypatch.setattr(aclnn, "grid_sample_3d_backward", fail)
-    _, size, executor = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**valid_grid)
-    assert aclnn.aclnnGridSampler3DBackward(aclnn.aclrtMalloc(size), size, executor) == RUNTIME
+    monkeypatch.setattr(aclnn, NUMPY_FUNCTION[op], fail)
+    _, size, executor = PHASE_ONE[op](**args)
+    assert PHASE_TWO[op](aclnn.aclrtMalloc(size), size, executor) == RUNTIME
     message = aclnn.aclGetRecentErrMsg()
-    assert message.startswith(GRID_OP + ": ") and "MemoryError: out of memory" in message
+    assert message.startswith(op + ": ") and "MemoryError: out of memory" in message
     assert executor.used  # a failed run still used the executor up
+
+
+def test_phase_one_internal_error_is_a_status(valid_grid, monkeypatch):
+    """Even a bug behind phase one's checks reaches the caller as a status, not an exception."""
+    def fail(*args, **kwargs):
+        raise ZeroDivisionError("division by zero")
+    monkeypatch.setattr(aclnn, "_grid_workspace_nbytes", fail)
+    result = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**valid_grid)
+    assert result == (RUNTIME, 0, None)
+    assert "ZeroDivisionError" in aclnn.aclGetRecentErrMsg()
+
+
+def traced_peak(phase_one):
+    """Run phase two once untraced (to compile), then again under tracemalloc:
+    return (workspace size, peak bytes NumPy allocated during the run)."""
+    _, size, warm = phase_one()
+    assert warm is not None, aclnn.aclGetRecentErrMsg()
+    PHASE_TWO[warm.op](aclnn.aclrtMalloc(size), size, warm)
+    _, size, executor = phase_one()
+    workspace = aclnn.aclrtMalloc(size)
+    tracemalloc.start()
+    try:
+        assert PHASE_TWO[executor.op](workspace, size, executor) == 0
+        return size, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+PYTHON_OVERHEAD = 16 << 10  # interpreter objects tracemalloc also sees during a call
+
+
+@pytest.fixture
+def one_thread():
+    """Per-thread scratch (counted, but allocated by Numba, untraced) grows with the thread
+    count; one thread keeps the lower bound of the workspace tests machine-independent."""
+    before = volsample.get_num_threads()
+    volsample.set_num_threads(1)
+    yield
+    volsample.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("in_dhw, out_dhw", [((6, 7, 8), (12, 14, 16)), ((6, 7, 8), (6, 7, 24))])
+def test_upsample_workspace_covers_real_scratch(rng, one_thread, dtype, in_dhw, out_dhw):
+    """The workspace bounds the memory phase two allocates (as NumPy reports it to
+    tracemalloc) and is not wildly above it."""
+    arrays = upsample_arrays(rng, dtype=dtype, N=2, C=3, in_dhw=in_dhw, out_dhw=out_dhw)
+    size, peak = traced_peak(
+        lambda: aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(**upsample_args(arrays)))
+    assert peak <= size + PYTHON_OVERHEAD, f"phase two allocated {peak} bytes, workspace {size}"
+    assert size <= 2 * peak, f"workspace {size} bytes is far above the {peak} bytes used"
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("mask", [(True, True), (True, False), (False, True)])
-def test_grid_workspace_covers_real_scratch(rng, dtype, mask):
+def test_grid_workspace_covers_real_scratch(rng, one_thread, dtype, mask):
     """The workspace bounds the memory phase two allocates (as NumPy reports it to
     tracemalloc; the Numba kernels' own tables are counted but not traced), and is
     not wildly above it."""
     arrays = grid_arrays(rng, dtype=dtype, N=2, C=3, in_dhw=(8, 9, 40), out_dhw=(7, 6, 40))
-    make = lambda: aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**grid_args(arrays, mask=mask))  # noqa: E731
-    _, size, warm = make()
-    aclnn.aclnnGridSampler3DBackward(aclnn.aclrtMalloc(size), size, warm)  # compile outside the trace
-    _, size, executor = make()
-    workspace = aclnn.aclrtMalloc(size)
-    tracemalloc.start()
-    try:
-        assert aclnn.aclnnGridSampler3DBackward(workspace, size, executor) == 0
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    python_overhead = 16 << 10
-    assert peak <= size + python_overhead, f"phase two allocated {peak} bytes, workspace {size}"
+    size, peak = traced_peak(
+        lambda: aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**grid_args(arrays, mask=mask)))
+    assert peak <= size + PYTHON_OVERHEAD, f"phase two allocated {peak} bytes, workspace {size}"
     assert size <= 2 * peak, f"workspace {size} bytes is far above the {peak} bytes used"
 
 
@@ -398,6 +667,23 @@ def test_grid_example_inputs_agree_with_torch():
     input_grad, grid_grad = load_example("grid_sampler3d_backward.py")["run"]()
     assert input_grad.ravel().tolist() == gi.ravel().tolist()
     assert grid_grad.ravel().tolist() == gg.ravel().tolist()
+
+
+def test_upsample_example_documented_values(capsys):
+    example = load_example("upsample_trilinear3d_backward.py")
+    assert example["run"]().ravel().tolist() == [36, 100, 164, 228]  # SPEC §6, the CANN docs
+    assert example["main"]() == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "result[0] is: 36.000000", "result[1] is: 100.000000",
+        "result[2] is: 164.000000", "result[3] is: 228.000000"]
+
+
+def test_upsample_example_inputs_agree_with_torch():
+    grad_out = torch.arange(1.0, 33.0).reshape(2, 2, 2, 2, 2)
+    expected = torch.ops.aten.upsample_trilinear3d_backward(grad_out, [2, 2, 2], [2, 2, 1, 1, 1],
+                                                            False, 0.0, 0.0, 0.0)
+    assert load_example("upsample_trilinear3d_backward.py")["run"]().ravel().tolist() == \
+        expected.ravel().tolist()
 
 
 # --- runtime helpers ----------------------------------------------------------------------
@@ -492,7 +778,6 @@ def test_recent_error_message_is_per_thread_and_cleared_on_read(valid_grid):
     assert aclnn.aclGetRecentErrMsg() is None
 
 
-WEIRD = [None, "x", 1.5, -1, 2**70, object(), [1, 2], np.zeros(0), float("nan")]
 GRID_POSITIONS = ("gradOutput", "input", "grid", "interpolationMode", "paddingMode", "alignCorners",
                   "outputMask", "inputGrad", "gridGrad")
 

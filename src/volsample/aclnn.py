@@ -22,6 +22,8 @@ Conventions
 * An executor runs once: a second run returns ``ACLNN_ERR_PARAM_INVALID`` (the executor
   argument is no longer valid; nothing is computed). A run refused before it starts (a
   null or too-small workspace, a bad stream) does not use the executor up.
+* ``ACLNN_ERR_RUNTIME_ERROR`` is a failure of the computation itself in phase two (or,
+  should one slip through, an internal error in phase one), never a bad argument.
 * Streams: CPU work runs synchronously, so ``stream=None`` (the default stream) and a
   stream from ``aclrtCreateStream`` both mean "run now"; ``aclrtSynchronizeStream`` is
   a no-op that returns ``ACL_SUCCESS``.
@@ -52,6 +54,8 @@ import numpy as np
 from . import _config, _dtypes, _layout
 from .grid_sample import backward_workspace_nbytes as _grid_workspace_nbytes
 from .grid_sample import grid_sample_3d_backward
+from .upsample import backward_workspace_nbytes as _upsample_workspace_nbytes
+from .upsample import upsample_trilinear_3d_backward
 
 # --- status codes -------------------------------------------------------------------
 
@@ -224,13 +228,20 @@ class aclOpExecutor:
         The bytes of workspace phase two needs.
     """
 
-    __slots__ = ("op", "workspace_size", "_run", "used")
+    __slots__ = ("op", "workspace_size", "_run", "used", "_lock")
 
     def __init__(self, op: str, workspace_size: int, run):
         self.op = op
         self.workspace_size = int(workspace_size)
         self._run = run
         self.used = False
+        self._lock = threading.Lock()
+
+    def _claim(self) -> bool:
+        """Mark the executor used; False if it already was (two threads racing for one run)."""
+        with self._lock:
+            claimed, self.used = not self.used, True
+        return claimed
 
     def __repr__(self):
         return f"aclOpExecutor({self.op}, workspace_size={self.workspace_size}, used={self.used})"
@@ -393,15 +404,19 @@ def aclrtCtxGetSysParamOpt(opt):
 _OK = (ACLNN_SUCCESS, "")
 
 
-def _not_null(named: dict, kind: type, kind_name: str):
-    """Null pointers first (161001), then objects of the wrong kind (161002)."""
+def _not_null(named: dict):
+    """The first None of ``named`` (in order) is a null pointer."""
     for name, value in named.items():
         if value is None:
             return ACLNN_ERR_PARAM_NULLPTR, f"{name}: is a null pointer (None)"
+    return _OK
+
+
+def _kind(named: dict, kind: type):
+    """Every value of ``named`` is a ``kind`` (say, an aclTensor rather than a NumPy array)."""
     for name, value in named.items():
         if not isinstance(value, kind):
-            return (ACLNN_ERR_PARAM_INVALID,
-                    f"{name}: expected an {kind_name}, got {type(value).__name__}")
+            return ACLNN_ERR_PARAM_INVALID, f"{name}: expected an {kind.__name__}, got {type(value).__name__}"
     return _OK
 
 
@@ -500,8 +515,9 @@ def _phase_one(op: str):
 def _execute(op: str, workspace, workspaceSize, executor, stream) -> int:
     """Phase two of every operator: check the launch, run the executor once."""
     status, message = _first_failure(_launch_checks(op, workspace, workspaceSize, executor, stream))
-    if status == ACLNN_SUCCESS:
-        executor.used = True  # even if the run fails: an executor runs once
+    if status == ACLNN_SUCCESS and not executor._claim():  # used up by another thread meanwhile
+        status, message = ACLNN_ERR_PARAM_INVALID, _USED_UP.format(op=op)
+    if status == ACLNN_SUCCESS:  # the executor is used up now, even if the run fails
         try:
             executor._run()
         except Exception as exc:
@@ -513,19 +529,24 @@ def _execute(op: str, workspace, workspaceSize, executor, stream) -> int:
 
 
 def _buffer_nbytes(buffer):
+    """The size of a buffer-protocol object (NumPy array, bytearray ...), else None."""
     try:
-        return memoryview(buffer).nbytes
+        with memoryview(buffer) as view:
+            return view.nbytes
     except TypeError:
         return None
 
 
+_USED_UP = "executor: has already run (an executor runs once; call {op}GetWorkspaceSize again)"
+
+
 def _launch_checks(op, workspace, workspaceSize, executor, stream):
-    yield _not_null({"executor": executor}, aclOpExecutor, "aclOpExecutor")
+    yield _not_null({"executor": executor})
+    yield _kind({"executor": executor}, aclOpExecutor)
     if executor.op != op:
         yield ACLNN_ERR_PARAM_INVALID, f"executor: was made for {executor.op}, not {op}"
     if executor.used:
-        yield (ACLNN_ERR_PARAM_INVALID,
-               f"executor: has already run (an executor runs once; call {op}GetWorkspaceSize again)")
+        yield ACLNN_ERR_PARAM_INVALID, _USED_UP.format(op=op)
     if stream is not None and not isinstance(stream, aclrtStream):
         yield (ACLNN_ERR_PARAM_INVALID,
                f"stream: expected None or an aclrtStream, got {type(stream).__name__}")
@@ -553,7 +574,8 @@ _GRID_OP = "aclnnGridSampler3DBackward"
 
 def _grid_sampler_checks(tensors, interpolationMode, paddingMode, alignCorners, outputMask):
     """SPEC §6's first-phase checks of GridSampler3DBackward, in order."""
-    yield _not_null(tensors, aclTensor, "aclTensor")
+    yield _not_null(tensors)
+    yield _kind(tensors, aclTensor)
     go, inp, grid = tensors["gradOutput"], tensors["input"], tensors["grid"]
     in_grad, grid_grad = tensors["inputGrad"], tensors["gridGrad"]
     yield _supported_dtype("input", inp)
@@ -577,9 +599,7 @@ def _grid_sampler_checks(tensors, interpolationMode, paddingMode, alignCorners, 
     yield _equal("inputGrad", "shape (N, C, D, H, W) (input's)", in_grad.logical_shape(), (N, C, D, H, W))
     yield _equal("gridGrad", "shape (grid's)", grid_grad.shape, grid.shape)
     if outputMask is not None:
-        if not isinstance(outputMask, aclBoolArray):
-            yield (ACLNN_ERR_PARAM_INVALID,
-                   f"outputMask: expected an aclBoolArray, got {type(outputMask).__name__}")
+        yield _kind({"outputMask": outputMask}, aclBoolArray)
         yield _equal("outputMask", "size", (len(outputMask),), (2,))
         if outputMask.values[0]:
             yield _writable("inputGrad", in_grad)
@@ -692,3 +712,117 @@ def aclnnGridSampler3DBackward(workspace, workspaceSize, executor, stream=None) 
         computation fails.
     """
     return _execute(_GRID_OP, workspace, workspaceSize, executor, stream)
+
+
+# --- UpsampleTrilinear3dBackward ----------------------------------------------------------
+
+_UPSAMPLE_OP = "aclnnUpsampleTrilinear3dBackward"
+
+
+def _int_array(name: str, array: aclIntArray, axes: str, positive: str):
+    """``array`` has one element per letter of ``axes``; those of ``positive`` are > 0."""
+    values = array.values
+    if len(values) != len(axes):
+        return (ACLNN_ERR_PARAM_INVALID,
+                f"{name}: expected {len(axes)} elements ({', '.join(axes)}), got {len(values)}: {list(values)}")
+    if any(v <= 0 for axis, v in zip(axes, values) if axis in positive):
+        return (ACLNN_ERR_PARAM_INVALID,
+                f"{name}: expected {', '.join(positive)} > 0, got {list(values)} ({', '.join(axes)})")
+    return _OK
+
+
+def _scale(name: str, value):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected a finite number, got {type(value).__name__} {value!r}"
+    return _OK
+
+
+def _upsample_checks(go, outputSize, inputSize, alignCorners, scales, gi):
+    """SPEC §6's first-phase checks of UpsampleTrilinear3dBackward, in order (then the
+    scalar arguments and the output's writability)."""
+    yield _not_null({"gradOut": go, "outputSize": outputSize, "inputSize": inputSize, "gradInput": gi})
+    yield _kind({"gradOut": go, "gradInput": gi}, aclTensor)
+    yield _kind({"outputSize": outputSize, "inputSize": inputSize}, aclIntArray)
+    yield _supported_dtype("gradOut", go)
+    yield _volume_format("gradOut", go)
+    yield _volume_format("gradInput", gi)
+    yield _same_dtype("gradInput", gi, "gradOut", go)
+    yield _rank5("gradOut", go)
+    yield _int_array("outputSize", outputSize, "DHW", positive="DHW")
+    yield _int_array("inputSize", inputSize, "NCDHW", positive="DHW")
+    N, C, oD, oH, oW = go.logical_shape()
+    yield _equal("gradOut", "N, C (inputSize's)", (N, C), inputSize.values[:2])
+    yield _equal("gradOut", "D, H, W (outputSize)", (oD, oH, oW), outputSize.values)
+    yield _equal("gradInput", f"shape (inputSize in {gi.layout} order)", gi.shape,
+                 _layout.physical_shape(inputSize.values, gi.layout))
+    yield _bool("alignCorners", alignCorners)
+    for name, value in zip(("scalesD", "scalesH", "scalesW"), scales):
+        yield _scale(name, value)
+    yield _writable("gradInput", gi)
+
+
+@_phase_one(_UPSAMPLE_OP + "GetWorkspaceSize")
+def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(gradOut, outputSize, inputSize, alignCorners,
+                                                     scalesD, scalesH, scalesW, gradInput):
+    """Phase one of ``aclnnUpsampleTrilinear3dBackward``: check the arguments, plan the work.
+
+    Parameters
+    ----------
+    gradOut : aclTensor, (N, C, Do, Ho, Wo) in its format
+        Gradient of the forward's output; float16, bfloat16, float32 or float64.
+    outputSize : aclIntArray of 3
+        (Do, Ho, Wo), the forward's output size; each > 0.
+    inputSize : aclIntArray of 5
+        (N, C, Di, Hi, Wi), the forward's input shape in NCDHW order whatever the formats;
+        Di, Hi, Wi > 0.
+    alignCorners : bool
+    scalesD, scalesH, scalesW : float
+        The forward's scale factors; a value <= 0 means "from the sizes" (in / out) on that
+        axis. Ignored with alignCorners.
+    gradInput : aclTensor, inputSize in its format (N, D, H, W, C for NDHWC)
+        Output, gradOut's dtype, written in place by phase two.
+
+    Returns
+    -------
+    (status, workspaceSize, executor)
+        ``ACLNN_SUCCESS`` with the bytes of workspace and the executor for phase two; on
+        failure ``ACLNN_ERR_PARAM_NULLPTR`` (a None gradOut, outputSize, inputSize or
+        gradInput) or ``ACLNN_ERR_PARAM_INVALID``, with ``0, None``.
+
+    Notes
+    -----
+    A zero N or C needs no workspace and no work. Unlike the NPU, sizes above 2^20 per
+    dimension or 60 GB in all are accepted.
+    """
+    scales = (scalesD, scalesH, scalesW)
+    status, message = _first_failure(
+        _upsample_checks(gradOut, outputSize, inputSize, alignCorners, scales, gradInput))
+    if status != ACLNN_SUCCESS:
+        return status, message
+    align_corners, scales = bool(alignCorners), tuple(float(s) for s in scales)
+    size = 0
+    if gradInput.array.size:
+        size = _upsample_workspace_nbytes(gradOut.logical_shape(), inputSize.values, gradOut.dtype,
+                                          align_corners, scales, layout=gradInput.layout)
+        size += gradInput.array.nbytes  # the NumPy API's result, copied into gradInput
+    run = functools.partial(_run_upsample, gradOut, inputSize.values, align_corners, scales,
+                            gradInput)
+    return ACLNN_SUCCESS, size, aclOpExecutor(_UPSAMPLE_OP, size, run)
+
+
+def _run_upsample(go, input_size, align_corners, scales, gi):
+    if gi.array.size == 0:  # a zero N or C: nothing to compute
+        return
+    layout = gi.layout
+    grad_output = _layout.physical(go.logical(), layout)  # a view in gradInput's layout
+    result = upsample_trilinear_3d_backward(grad_output, input_size, align_corners, scales,
+                                            layout=layout)
+    gi.logical()[...] = _layout.logical(result, layout)
+
+
+def aclnnUpsampleTrilinear3dBackward(workspace, workspaceSize, executor, stream=None) -> int:
+    """Phase two of ``aclnnUpsampleTrilinear3dBackward``: run the executor once.
+
+    Parameters and return values as for ``aclnnGridSampler3DBackward``.
+    """
+    return _execute(_UPSAMPLE_OP, workspace, workspaceSize, executor, stream)
