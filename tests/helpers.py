@@ -23,7 +23,7 @@ def assert_close(name, actual, expected, rtol, atol):
 
 
 def assert_bitwise_equal(name, a, b):
-    a, b = np.asarray(a), np.asarray(b)
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     assert a.dtype == b.dtype and a.shape == b.shape, f"{name}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
     same = a.view(np.uint8) == b.view(np.uint8)
     assert same.all(), f"{name}: {int((~same).sum())} bytes differ"
