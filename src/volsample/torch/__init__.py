@@ -1,0 +1,20 @@
+"""volsample for PyTorch: differentiable grid sampling and trilinear upsampling.
+
+``grid_sample`` and ``upsample_trilinear`` are drop-ins for ``F.grid_sample`` (5-D) and
+``F.interpolate(mode="trilinear")``. They run the custom ops
+``torch.ops.volsample.grid_sampler_3d`` / ``grid_sampler_3d_backward`` /
+``upsample_trilinear3d`` / ``upsample_trilinear3d_backward`` (registered on import), which
+carry autograd and work under ``torch.compile``: the CPU kernels on CPU tensors, the
+Triton kernels on CUDA tensors.
+"""
+try:
+    import torch  # noqa: F401
+except ImportError as error:
+    raise ImportError(
+        "volsample.torch needs PyTorch (pip install 'volsample[torch]'); the NumPy API, "
+        "`import volsample`, works without it") from error
+
+from ._grid_sample import grid_sample
+from ._upsample import upsample_trilinear
+
+__all__ = ["grid_sample", "upsample_trilinear"]
