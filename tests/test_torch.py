@@ -1,0 +1,575 @@
+"""volsample.torch: autograd, custom ops, torch.compile and the CPU/CUDA dispatch.
+
+Oracles: PyTorch's own operators (``F.grid_sample``, ``F.interpolate``) through autograd,
+the same operators in float64 as the ground truth of 16-bit results, and finite
+differences (gradcheck, gradgradcheck). ``torch.library.opcheck`` checks every op's
+schema, fake implementation and autograd registration. No GPU here: the CUDA dispatch is
+checked with a stand-in for the Triton launchers.
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import subprocess
+import sys
+import textwrap
+import types
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from helpers import assert_close  # noqa: E402
+
+import volsample  # noqa: E402
+import volsample.torch as vt  # noqa: E402
+from volsample import InvalidArgumentError, UnsupportedDTypeError  # noqa: E402
+from volsample.torch import _common, _grid_sample, _upsample  # noqa: E402
+
+ops = torch.ops.volsample
+MODES = ["bilinear", "nearest"]
+PADDINGS = ["zeros", "border", "reflection"]
+ALL_MODES = list(itertools.product(MODES, PADDINGS, [False, True]))
+SIXTEEN_BIT = [torch.float16, torch.bfloat16]
+FORMATS = ["contiguous", "channels_last", "strided"]
+
+
+def check(name, actual, expected, rtol, atol=None):
+    """assert_close on tensors (of any dtype, bfloat16 included)."""
+    expected = expected.detach().double()
+    atol = rtol * max(1.0, expected.abs().max().item()) if atol is None else atol
+    assert_close(name, actual.detach().double().numpy(), expected.numpy(), rtol, atol)
+
+
+def tolerance(dtype):
+    """Relative error allowed: float32/float64 round differently from PyTorch's kernels in
+    the last bits; 16-bit results are rounded once from float32, so one unit in the last
+    place of the truth covers them."""
+    return {torch.float64: 1e-10, torch.float32: 2e-5,
+            torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}[dtype]
+
+
+def in_format(t, fmt):
+    """``t``'s values in a memory format: contiguous, channels-last, or a non-dense view
+    (every other element along W of a wider tensor)."""
+    if fmt == "contiguous":
+        return t.contiguous()
+    if fmt == "channels_last":
+        return t.contiguous(memory_format=torch.channels_last_3d)
+    wide = t.new_zeros(t.shape[:4] + (2 * t.shape[4],))
+    wide[..., ::2] = t
+    return wide[..., ::2]
+
+
+def leaves(*tensors):
+    return [t.detach().clone().requires_grad_() for t in tensors]
+
+
+def grads_of(fn, tensors, grad_output):
+    """fn(*tensors) and the gradients of <fn(...), grad_output> for each tensor."""
+    out = fn(*tensors)
+    out.backward(grad_output)
+    return out, [t.grad for t in tensors]
+
+
+def kink_free_grid(gen, shape, in_spatial, align_corners, dtype=torch.float64):
+    """Grid points whose voxel coordinates sit at fractions 0.15..0.35 or 0.65..0.85 of
+    a voxel, inside and up to 2 voxels outside the volume: away from the integers and
+    half-integers where trilinear weights, nearest rounding, clipping and reflection have
+    kinks or jumps, so finite differences see one smooth piece."""
+    points = torch.empty(shape + (3,), dtype=torch.float64)
+    for axis, size in enumerate(reversed(in_spatial)):  # x indexes W, y H, z D
+        whole = torch.randint(-2, size + 2, shape, generator=gen).double()
+        frac = 0.15 + 0.2 * torch.rand(shape, generator=gen, dtype=torch.float64)
+        frac = torch.where(torch.rand(shape, generator=gen) < 0.5, frac, 1.0 - frac)
+        voxel = whole + frac
+        points[..., axis] = (2 * voxel / (size - 1) - 1 if align_corners
+                             else (2 * voxel + 1) / size - 1)
+    return points.to(dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Grid sampling: values and gradients against PyTorch
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_grid_sample_matches_pytorch(mode, padding_mode, align_corners, dtype):
+    gen = torch.Generator().manual_seed(1)
+    # Odd sizes (primes, a size-1 axis: align_corners' degenerate (S - 1) / 2 = 0).
+    for in_shape, out_shape in [((2, 3, 5, 7, 6), (2, 4, 3, 5)), ((1, 2, 1, 4, 3), (1, 3, 2, 3))]:
+        x = torch.randn(in_shape, generator=gen, dtype=dtype)
+        grid = (torch.rand(out_shape + (3,), generator=gen, dtype=dtype) * 2.6 - 1.3)
+        grad_output = torch.randn(in_shape[:2] + out_shape[1:], generator=gen, dtype=dtype)
+        kwargs = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+        out, (gi, gg) = grads_of(lambda a, b: vt.grid_sample(a, b, **kwargs), leaves(x, grid),
+                                 grad_output)
+        ref, (ref_gi, ref_gg) = grads_of(lambda a, b: F.grid_sample(a, b, **kwargs),
+                                         leaves(x, grid), grad_output)
+        rtol = tolerance(dtype)
+        check("output", out, ref, rtol)
+        check("grad_input", gi, ref_gi, rtol)
+        check("grad_grid", gg, ref_gg, rtol)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_grid_sample_memory_formats(fmt, dtype):
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 5, 4, 6, 3, generator=gen, dtype=dtype)
+    grid = torch.rand(2, 3, 4, 5, 3, generator=gen, dtype=dtype) * 2.4 - 1.2
+    grad_output = torch.randn(2, 5, 3, 4, 5, generator=gen, dtype=dtype)
+    kwargs = dict(padding_mode="reflection", align_corners=False)
+    xf = in_format(x, fmt)
+    out, (gi, gg) = grads_of(lambda a, b: vt.grid_sample(a, b, **kwargs), leaves(xf, grid),
+                             in_format(grad_output, fmt))
+    ref, (ref_gi, ref_gg) = grads_of(lambda a, b: F.grid_sample(a, b, **kwargs),
+                                     leaves(x, grid), grad_output)
+    check("output", out, ref, tolerance(dtype))
+    check("grad_input", gi, ref_gi, tolerance(dtype))
+    check("grad_grid", gg, ref_gg, tolerance(dtype))
+    # channels_last_3d in, channels_last_3d out, for the forward and for grad_input.
+    channels_last = fmt == "channels_last"
+    assert out.is_contiguous(memory_format=torch.channels_last_3d) == channels_last
+    assert out.is_contiguous() != channels_last
+    grad_input, grad_grid = ops.grid_sampler_3d_backward(
+        in_format(grad_output, fmt), xf, grid, 0, 2, False, [True, True])
+    assert grad_input.is_contiguous(memory_format=torch.channels_last_3d) == channels_last
+    assert grad_grid.is_contiguous()
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT)
+@pytest.mark.parametrize("grid_dtype", ["same", torch.float32])
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+def test_grid_sample_sixteen_bit_against_float64_truth(dtype, grid_dtype, fmt):
+    gen = torch.Generator().manual_seed(3)
+    grid_dtype = dtype if grid_dtype == "same" else grid_dtype
+    x = torch.randn(1, 4, 6, 5, 7, generator=gen).to(dtype)
+    grid = (torch.rand(1, 6, 5, 6, 3, generator=gen) * 2.2 - 1.1).to(grid_dtype)
+    grad_output = torch.randn(1, 4, 6, 5, 6, generator=gen).to(dtype)
+    kwargs = dict(padding_mode="border", align_corners=True)
+    out, (gi, gg) = grads_of(lambda a, b: vt.grid_sample(a, b, **kwargs),
+                             leaves(in_format(x, fmt), grid), in_format(grad_output, fmt))
+    # Ground truth: float64 maths on exactly the 16-bit values.
+    truth, (truth_gi, truth_gg) = grads_of(lambda a, b: F.grid_sample(a, b, **kwargs),
+                                           leaves(x.double(), grid.double()), grad_output.double())
+    assert out.dtype == gi.dtype == dtype and gg.dtype == grid_dtype
+    check("output", out, truth, tolerance(dtype))
+    check("grad_input", gi, truth_gi, tolerance(dtype))
+    check("grad_grid", gg, truth_gg, tolerance(grid_dtype))
+
+
+@pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
+def test_grid_sample_gradcheck(mode, padding_mode, align_corners):
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 2, 3, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True)
+    grid = kink_free_grid(gen, (2, 2, 3, 2), (3, 4, 5), align_corners).requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda a, b: vt.grid_sample(a, b, mode, padding_mode, align_corners), (x, grid))
+
+
+@pytest.mark.parametrize("input_grad,grid_grad", [(True, False), (False, True), (True, True)])
+def test_only_the_gradients_asked_for_are_computed(monkeypatch, input_grad, grid_grad):
+    masks = []
+    real = volsample.grid_sample.grid_sample_3d_backward
+
+    def spy(*args, **kwargs):
+        masks.append(tuple(args[6]))  # output_mask
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(volsample.grid_sample, "grid_sample_3d_backward", spy)
+    x = torch.randn(1, 2, 3, 4, 5, dtype=torch.float64, requires_grad=input_grad)
+    grid = (torch.rand(1, 2, 3, 4, 3, dtype=torch.float64) * 2 - 1).requires_grad_(grid_grad)
+    vt.grid_sample(x, grid).square().sum().backward()
+    assert masks == [(input_grad, grid_grad)]
+    assert (x.grad is not None) == input_grad and (grid.grad is not None) == grid_grad
+    ref = [t.detach().requires_grad_() for t in (x, grid)]
+    F.grid_sample(*ref, align_corners=False).square().sum().backward()
+    for name, ours, theirs in [("grad_input", x, ref[0]), ("grad_grid", grid, ref[1])]:
+        if ours.grad is not None:
+            check(name, ours.grad, theirs.grad, 1e-10)
+
+
+# ---------------------------------------------------------------------------------------
+# Upsampling: values and gradients against PyTorch
+# ---------------------------------------------------------------------------------------
+
+# (size, scale_factor) pairs: integer and fractional factors, one axis shrinking, sizes.
+RESIZES = [(None, 2.0), (None, (1.5, 2.0, 0.6)), ((7, 5, 9), None), (4, None)]
+
+
+@pytest.mark.parametrize("size,scale_factor", RESIZES)
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_upsample_matches_pytorch(size, scale_factor, align_corners, dtype, fmt):
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(2, 3, 4, 5, 3, generator=gen, dtype=dtype)
+    kwargs = dict(size=size, scale_factor=scale_factor, align_corners=align_corners)
+    ref = F.interpolate(x, mode="trilinear", **kwargs)
+    grad_output = torch.randn(ref.shape, generator=gen, dtype=dtype)
+    ref, (ref_gi,) = grads_of(lambda a: F.interpolate(a, mode="trilinear", **kwargs), leaves(x),
+                              grad_output)
+    out, (gi,) = grads_of(lambda a: vt.upsample_trilinear(a, **kwargs), leaves(in_format(x, fmt)),
+                          in_format(grad_output, fmt))
+    check("output", out, ref, tolerance(dtype))
+    check("grad_input", gi, ref_gi, tolerance(dtype))
+    channels_last = fmt == "channels_last"
+    assert out.is_contiguous(memory_format=torch.channels_last_3d) == channels_last
+    assert out.is_contiguous() != channels_last
+    scales = None if scale_factor is None else list(np.broadcast_to(scale_factor, 3))
+    grad_input = ops.upsample_trilinear3d_backward(in_format(grad_output, fmt), list(x.shape),
+                                                   align_corners, scales)
+    assert grad_input.is_contiguous(memory_format=torch.channels_last_3d) == channels_last
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT)
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+def test_upsample_sixteen_bit_against_float64_truth(dtype, fmt):
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(1, 5, 4, 6, 5, generator=gen).to(dtype)
+    grad_output = torch.randn(1, 5, 8, 9, 10, generator=gen).to(dtype)
+    kwargs = dict(size=(8, 9, 10), align_corners=False)
+    out, (gi,) = grads_of(lambda a: vt.upsample_trilinear(a, **kwargs), leaves(in_format(x, fmt)),
+                          in_format(grad_output, fmt))
+    truth, (truth_gi,) = grads_of(lambda a: F.interpolate(a, mode="trilinear", **kwargs),
+                                  leaves(x.double()), grad_output.double())
+    assert out.dtype == gi.dtype == dtype
+    check("output", out, truth, tolerance(dtype))
+    check("grad_input", gi, truth_gi, tolerance(dtype))
+
+
+@pytest.mark.parametrize("size,scale_factor", RESIZES)
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_upsample_gradcheck(size, scale_factor, align_corners):
+    x = torch.randn(1, 2, 3, 2, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda a: vt.upsample_trilinear(a, size, scale_factor, align_corners), (x,))
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_upsample_double_backward_gradgradcheck(align_corners):
+    # Small: finite differences of the backward perturb every grad_output element.
+    x = torch.randn(1, 2, 2, 3, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(
+        lambda a: vt.upsample_trilinear(a, scale_factor=(1.5, 2.0, 1.5),
+                                        align_corners=align_corners), (x,))
+
+
+def test_upsample_backward_gradient_is_the_forward():
+    """The backward's gradient for grad_output is the forward applied to the incoming
+    gradient (both are the same linear map's two sides)."""
+    gen = torch.Generator().manual_seed(7)
+    grad_output = torch.randn(1, 2, 6, 8, 7, generator=gen, dtype=torch.float64,
+                              requires_grad=True)
+    v = torch.randn(1, 2, 3, 4, 5, generator=gen, dtype=torch.float64)
+    grad_input = ops.upsample_trilinear3d_backward(grad_output, [1, 2, 3, 4, 5], True, None)
+    (grad_grad_output,) = torch.autograd.grad(grad_input, grad_output, v)
+    check("grad of grad_output", grad_grad_output,
+          F.interpolate(v, size=(6, 8, 7), mode="trilinear", align_corners=True), 1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# Custom ops: opcheck, torch.compile
+# ---------------------------------------------------------------------------------------
+
+
+def _opcheck_samples():
+    gen = torch.Generator().manual_seed(8)
+
+    def volume(shape, fmt="contiguous", dtype=torch.float32):
+        return in_format(torch.randn(shape, generator=gen).to(dtype), fmt).requires_grad_()
+
+    grid = (torch.rand(2, 4, 3, 5, 3, generator=gen) * 2.2 - 1.1).requires_grad_()
+    samples = []
+    for fmt in ("contiguous", "channels_last"):
+        x = volume((2, 3, 5, 6, 7), fmt)
+        # No gradients through the grid sampler's backward (nor has PyTorch's 5-D one).
+        go, x_, grid_ = volume((2, 3, 4, 3, 5), fmt).detach(), x.detach(), grid.detach()
+        samples += [
+            (fmt, ops.grid_sampler_3d, (x, grid, 0, 1, False)),
+            (fmt, ops.grid_sampler_3d, (x, grid, 1, 2, True)),
+            (fmt, ops.grid_sampler_3d_backward, (go, x_, grid_, 0, 2, False, [True, True])),
+            (fmt, ops.grid_sampler_3d_backward, (go, x_, grid_, 0, 0, True, [False, True])),
+            (fmt, ops.upsample_trilinear3d, (x, [10, 12, 14], False, [2.0, 2.0, 2.0])),
+            (fmt, ops.upsample_trilinear3d, (x, [4, 9, 3], True, None)),
+            (fmt, ops.upsample_trilinear3d_backward,
+             (volume((2, 3, 10, 12, 14), fmt), [2, 3, 5, 6, 7], False, [2.0, 2.0, 2.0])),
+        ]
+    bf16 = volume((1, 2, 4, 3, 5), dtype=torch.bfloat16)
+    samples += [  # a 16-bit volume with a float32 grid; an empty batch
+        ("bf16", ops.grid_sampler_3d, (bf16, grid[:1], 0, 0, False)),
+        ("empty", ops.grid_sampler_3d, (volume((0, 3, 5, 6, 7)), grid[:0], 0, 0, False)),
+    ]
+    return [pytest.param(op, args, id=f"{op.__name__}-{tag}-{i}")
+            for i, (tag, op, args) in enumerate(samples)]
+
+
+@pytest.mark.parametrize("op,args", _opcheck_samples())
+def test_opcheck(op, args):
+    torch.library.opcheck(op, args)
+
+
+def spatial_transformer_loss(field, x, target):
+    """Upsample a coarse displacement field, add it to the identity grid and warp ``x``."""
+    flow = vt.upsample_trilinear(field, size=target.shape[2:], align_corners=True)
+    identity = F.affine_grid(torch.eye(3, 4)[None], target.shape, align_corners=True)
+    warped = vt.grid_sample(x, identity + flow.permute(0, 2, 3, 4, 1), align_corners=True)
+    return ((warped - target) ** 2).mean()
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compile_fullgraph_matches_eager(backend):
+    gen = torch.Generator().manual_seed(9)
+    field = (0.1 * torch.randn(1, 3, 3, 4, 3, generator=gen)).requires_grad_()
+    x = torch.randn(1, 2, 5, 6, 7, generator=gen, requires_grad=True)
+    target = torch.randn(1, 2, 6, 7, 5, generator=gen)
+    compiled = torch.compile(spatial_transformer_loss, fullgraph=True, backend=backend)
+    loss, grads = grads_of(lambda f, v: compiled(f, v, target), leaves(field, x), None)
+    ref, ref_grads = grads_of(lambda f, v: spatial_transformer_loss(f, v, target),
+                              leaves(field, x), None)
+    check("loss", loss, ref, 1e-6)
+    check("grad field", grads[0], ref_grads[0], 1e-5)
+    check("grad input", grads[1], ref_grads[1], 1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# No copies on the CPU
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+def test_numpy_views_share_the_tensors_memory(dtype, fmt):
+    t = in_format(torch.randn(2, 3, 4, 5, 6).to(dtype), fmt)
+    layout = _common.layout(t)
+    assert layout == ("NDHWC" if fmt == "channels_last" else "NCDHW")
+    arr = _common.to_numpy(t, layout)
+    assert arr.ctypes.data == t.data_ptr() and arr.flags.c_contiguous
+    logical = arr.transpose(0, 4, 1, 2, 3) if layout == "NDHWC" else arr
+    np.testing.assert_array_equal(logical.astype(np.float64), t.double().numpy())
+    back = _common.from_numpy(arr, layout)
+    assert back.data_ptr() == arr.ctypes.data and back.dtype == dtype
+    assert back.shape == t.shape and back.stride() == t.stride()
+
+
+class Spy:
+    """Wraps a NumPy API function; records the arrays it received and returned."""
+
+    def __init__(self, monkeypatch, module, name):
+        self.real, self.calls = getattr(module, name), []
+        monkeypatch.setattr(module, name, self)
+
+    def __call__(self, *args, **kwargs):
+        result = self.real(*args, **kwargs)
+        self.calls.append((args, kwargs, result))
+        return result
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+def test_ops_pass_tensor_memory_both_ways(monkeypatch, dtype, fmt):
+    x = in_format(torch.randn(1, 4, 5, 6, 7).to(dtype), fmt)
+    grid = torch.rand(1, 3, 4, 5, 3).to(dtype) * 2 - 1
+    go = in_format(torch.randn(1, 4, 3, 4, 5).to(dtype), fmt)
+    go_up = in_format(torch.randn(1, 4, 10, 12, 14).to(dtype), fmt)
+    spies = [Spy(monkeypatch, volsample.grid_sample, "grid_sample_3d"),
+             Spy(monkeypatch, volsample.grid_sample, "grid_sample_3d_backward"),
+             Spy(monkeypatch, volsample.upsample, "upsample_trilinear_3d"),
+             Spy(monkeypatch, volsample.upsample, "upsample_trilinear_3d_backward")]
+    results = [vt.grid_sample(x, grid), *ops.grid_sampler_3d_backward(go, x, grid, 0, 0, False,
+                                                                      [True, True]),
+               vt.upsample_trilinear(x, scale_factor=2),
+               ops.upsample_trilinear3d_backward(go_up, list(x.shape), False, None)]
+    received = [(spies[0], (x, grid)), (spies[1], (go, x, grid)), (spies[2], (x,)),
+                (spies[3], (go_up,))]
+    for spy, tensors in received:
+        (args, kwargs, _), = spy.calls
+        for arr, t in zip(args, tensors):
+            assert arr.ctypes.data == t.data_ptr(), f"{spy.real.__name__} got a copy"
+        assert kwargs["layout"] == ("NDHWC" if fmt == "channels_last" else "NCDHW")
+    returned = [spies[0].calls[0][2], *spies[1].calls[0][2], spies[2].calls[0][2],
+                spies[3].calls[0][2]]
+    for tensor, arr in zip(results, returned):
+        assert tensor.data_ptr() == arr.ctypes.data, "result copied"
+
+
+# ---------------------------------------------------------------------------------------
+# CUDA dispatch (with a stand-in for the Triton launchers)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["grid_sampler_3d", "grid_sampler_3d_backward",
+                                  "upsample_trilinear3d", "upsample_trilinear3d_backward"])
+def test_every_op_has_a_cuda_kernel(name):
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"volsample::{name}", "CUDA")
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"volsample::{name}", "CPU")
+
+
+def _stand_in(monkeypatch, family, **launchers):
+    calls = []
+
+    def recorder(name, result):
+        return lambda *args: calls.append((name, args)) or result
+
+    module = types.SimpleNamespace(**{k: recorder(k, v) for k, v in launchers.items()})
+    monkeypatch.setitem(sys.modules, f"volsample._triton.{family}", module)
+    return calls
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_cuda_grid_sampler_calls_the_triton_launchers(monkeypatch, deterministic):
+    x, grid, go = torch.randn(1, 2, 3, 4, 5), torch.zeros(1, 2, 2, 2, 3), torch.randn(1, 2, 2, 2, 2)
+    out, grad_input = torch.empty(1, 2, 2, 2, 2), torch.empty(1, 2, 3, 4, 5)
+    calls = _stand_in(monkeypatch, "grid_sample", forward=out, backward=(grad_input, None))
+    monkeypatch.setattr(volsample._config, "_deterministic", deterministic)
+    assert _grid_sample._grid_sampler_3d_cuda(x, grid, 1, 2, True) is out
+    gi, gg = _grid_sample._grid_sampler_3d_backward_cuda(go, x, grid, 0, 1, False, [True, False])
+    assert gi is grad_input and gg.numel() == 0  # a gradient not asked for: empty
+    (f_name, f_args), (b_name, b_args) = calls
+    assert f_name == "forward" and f_args[:2] == (x, grid) and f_args[2:] == (1, 2, True)
+    assert b_name == "backward" and b_args[0] is go and b_args[3:] == (0, 1, False, (True, False),
+                                                                      deterministic)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_cuda_upsample_calls_the_triton_launchers(monkeypatch, deterministic):
+    x, go = torch.randn(1, 2, 3, 4, 5), torch.randn(1, 2, 6, 8, 10)
+    out, grad_input = torch.empty(1, 2, 6, 8, 10), torch.empty(1, 2, 3, 4, 5)
+    calls = _stand_in(monkeypatch, "upsample", forward=out, backward=grad_input)
+    monkeypatch.setattr(volsample._config, "_deterministic", deterministic)
+    assert _upsample._upsample_trilinear3d_cuda(x, [6, 8, 10], True, [2.0, 2.0, 2.0]) is out
+    assert _upsample._upsample_trilinear3d_backward_cuda(go, [1, 2, 3, 4, 5], False,
+                                                         None) is grad_input
+    (f_name, f_args), (b_name, b_args) = calls
+    assert f_name == "forward" and f_args[0] is x
+    assert f_args[1:] == ((6, 8, 10), True, (2.0, 2.0, 2.0))
+    assert b_name == "backward" and b_args[0] is go
+    assert b_args[1:] == ((1, 2, 3, 4, 5), False, None, deterministic)
+
+
+@pytest.mark.parametrize("family,call", [
+    ("grid_sample", lambda: _grid_sample._grid_sampler_3d_cuda(
+        torch.randn(1, 1, 2, 2, 2), torch.zeros(1, 1, 1, 1, 3), 0, 0, False)),
+    ("upsample", lambda: _upsample._upsample_trilinear3d_backward_cuda(
+        torch.randn(1, 1, 4, 4, 4), [1, 1, 2, 2, 2], False, None)),
+])
+def test_cuda_without_triton_names_the_missing_backend(monkeypatch, family, call):
+    monkeypatch.setitem(sys.modules, f"volsample._triton.{family}", None)  # import fails
+    with pytest.raises(RuntimeError, match=rf"Triton GPU backend \(volsample\._triton\.{family}\)"):
+        call()
+
+
+def test_cuda_path_checks_arguments_before_the_backend(monkeypatch):
+    calls = _stand_in(monkeypatch, "grid_sample", forward=None)
+    with pytest.raises(InvalidArgumentError, match="last dimension 3"):
+        _grid_sample._grid_sampler_3d_cuda(torch.randn(1, 1, 2, 2, 2), torch.zeros(1, 1, 1, 1, 2),
+                                           0, 0, False)
+    assert calls == []
+
+
+# ---------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------
+
+X = torch.randn(1, 2, 4, 4, 4)
+GRID = torch.zeros(1, 2, 2, 2, 3)
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: vt.grid_sample(X[0], GRID), InvalidArgumentError, r"input: expected a 5-D tensor"),
+    (lambda: vt.grid_sample(X, GRID[0]), InvalidArgumentError, r"grid: expected a 5-D tensor"),
+    (lambda: vt.grid_sample(X.int(), GRID), UnsupportedDTypeError, r"input: expected dtype torch"),
+    (lambda: vt.grid_sample(X.numpy(), GRID), UnsupportedDTypeError, r"expected a torch.Tensor"),
+    (lambda: vt.grid_sample(X, GRID.to("meta")), InvalidArgumentError,
+     r"one device, got input on cpu, grid on meta"),
+    (lambda: vt.grid_sample(X, GRID, mode="bicubic"), InvalidArgumentError,
+     r"mode: expected one of"),
+    (lambda: vt.grid_sample(X, GRID, padding_mode="circular"), InvalidArgumentError,
+     r"padding_mode: expected one of"),
+    (lambda: vt.grid_sample(X, GRID, align_corners=None), InvalidArgumentError,
+     r"align_corners: expected a bool"),
+    (lambda: vt.grid_sample(X, GRID[..., :2]), InvalidArgumentError, r"last dimension 3"),
+    (lambda: vt.grid_sample(X, GRID.expand(2, -1, -1, -1, -1)), InvalidArgumentError,
+     r"batch size 1"),
+    (lambda: vt.grid_sample(X, GRID.double()), UnsupportedDTypeError, r"grid: expected dtype"),
+    (lambda: vt.grid_sample(X[:, :, :0], GRID), InvalidArgumentError, r"non-empty spatial"),
+    (lambda: ops.grid_sampler_3d(X, GRID, 2, 0, False), InvalidArgumentError,
+     r"interpolation_mode: expected one of 0 \(bilinear\), 1 \(nearest\), got 2"),
+    (lambda: ops.grid_sampler_3d(X, GRID, 0, 3, False), InvalidArgumentError, r"padding_mode"),
+    (lambda: ops.grid_sampler_3d_backward(X, X, GRID, 0, 0, False, [True, True]),
+     InvalidArgumentError, r"grad_output: expected shape"),
+    (lambda: ops.grid_sampler_3d_backward(torch.zeros(1, 2, 2, 2, 2).double(), X, GRID, 0, 0,
+                                          False, [True, True]),
+     UnsupportedDTypeError, r"grad_output: expected dtype torch.float32"),
+    (lambda: ops.grid_sampler_3d_backward(torch.zeros(1, 2, 2, 2, 2), X, GRID, 0, 0, False,
+                                          [True]), InvalidArgumentError, r"output_mask"),
+    (lambda: vt.upsample_trilinear(X[0], size=3), InvalidArgumentError, r"5-D"),
+    (lambda: vt.upsample_trilinear(X, size=3, scale_factor=2), InvalidArgumentError,
+     r"exactly one of them, got both"),
+    (lambda: vt.upsample_trilinear(X), InvalidArgumentError, r"exactly one of them, got neither"),
+    (lambda: vt.upsample_trilinear(X, size=(3, 0, 3)), InvalidArgumentError, r"size"),
+    (lambda: vt.upsample_trilinear(X, scale_factor=0.0), InvalidArgumentError, r"positive"),
+    (lambda: vt.upsample_trilinear(X, size=3, align_corners="yes"), InvalidArgumentError,
+     r"align_corners"),
+    (lambda: ops.upsample_trilinear3d(X, [8, 8, 8], False, [2.0, 2.0, 2.3]), InvalidArgumentError,
+     r"scales: expected the factors of output_size"),
+    (lambda: ops.upsample_trilinear3d_backward(X, [1, 3, 2, 2, 2], False, None),
+     InvalidArgumentError, r"N, C = \(1, 3\)"),
+    (lambda: ops.upsample_trilinear3d_backward(X, [1, 2, 2, 2], False, None),
+     InvalidArgumentError, r"input_size: expected 5 integers"),
+])
+def test_errors(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+# ---------------------------------------------------------------------------------------
+# Imports
+# ---------------------------------------------------------------------------------------
+
+
+def _python(code, **env):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=120)
+
+
+def test_numpy_api_never_imports_torch_and_torch_api_needs_it():
+    run = _python("""
+        import sys
+        import volsample
+        print("torch imported:", "torch" in sys.modules)
+        sys.modules["torch"] = None  # as if PyTorch were not installed
+        try:
+            import volsample.torch
+        except ImportError as error:
+            print("ImportError:", error)
+    """)
+    assert run.returncode == 0, run.stderr
+    assert "torch imported: False" in run.stdout
+    assert "ImportError: volsample.torch needs PyTorch" in run.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton not installed")
+def test_memory_format_rule_is_the_triton_launchers_rule():
+    # In a child process: importing the Triton kernels here would fix their mode before
+    # test_triton.py sets TRITON_INTERPRET.
+    run = _python("""
+        import torch
+        from volsample._triton import is_channels_last
+        from volsample.torch._common import is_channels_last as ours
+        cl = torch.channels_last_3d
+        shapes = [(2, 3, 4, 5, 6), (2, 1, 4, 5, 6), (2, 3, 1, 1, 1), (1, 3, 1, 5, 1),
+                  (0, 3, 2, 2, 2)]
+        for shape in shapes:
+            base = torch.empty(shape)
+            last = base.contiguous(memory_format=cl)
+            for t in (base, last, last[..., ::2], base[:, :, ::2], base.transpose(2, 4)):
+                assert ours(t) == is_channels_last(t), (shape, t.stride())
+        print("agree")
+    """, TRITON_INTERPRET="1")
+    assert run.returncode == 0 and "agree" in run.stdout, run.stderr
