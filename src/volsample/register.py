@@ -1,0 +1,358 @@
+"""``volsample register`` and ``volsample demo``: arguments, file I/O and the report.
+
+The registration itself lives in ``volsample.registration``; this module reads the
+volumes (NIfTI through nibabel, or ``.npy``), runs it with a progress bar, writes the
+warped volume, the displacement field and the PNG report (matplotlib), and prints the
+similarity before and after. Bad input ends the command with one line on stderr and
+exit code 2. nibabel and matplotlib are imported only when needed.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import registration
+from ._checks import VolsampleError
+
+_NIFTI_SUFFIXES = (".nii.gz", ".nii")
+_DEMO_OUT = "volsample-demo"
+# (shape, iterations per level, coarsest first) of the demo and of ``demo --quick``
+_DEMO_SETTINGS = {False: ((64, 64, 64), (80, 40, 20)), True: ((32, 32, 32), (40, 20))}
+
+
+class CommandError(Exception):
+    """A problem with the command's input or output, reported as one line (exit code 2)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------
+
+
+def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--loss", choices=tuple(registration.SIMILARITIES), default="ncc",
+                        help="similarity: local normalised cross-correlation (default) or mean "
+                             "squared difference")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (shown by default when stderr is a terminal)")
+
+
+def add_register_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``volsample register``."""
+    parser.add_argument("fixed", metavar="FIXED", help="fixed volume: .nii, .nii.gz or .npy")
+    parser.add_argument("moving", metavar="MOVING", help="moving volume, of FIXED's shape")
+    parser.add_argument("--out", metavar="DIR", required=True,
+                        help="folder for the warped volume, the displacement and report.png")
+    parser.add_argument("--labels", nargs=2, metavar=("FIXED_LABELS", "MOVING_LABELS"),
+                        help="label maps of the two volumes: the moving one is warped "
+                             "(nearest) and Dice reported")
+    _add_common_arguments(parser)
+    parser.add_argument("--levels", type=int, default=3,
+                        help="resolution levels, each halving the previous (default 3)")
+    parser.add_argument("--iterations", type=int, nargs="+", metavar="N",
+                        help="Adam steps per level, one number or one per level, coarsest "
+                             "first (default 100, halved per finer level, at least 10)")
+    parser.add_argument("--grid-spacing", type=float, default=4.0, metavar="VOXELS",
+                        help="control-point spacing at full resolution (default 4)")
+    parser.add_argument("--smoothness", type=float, metavar="WEIGHT",
+                        help="weight of the smoothness penalty (default "
+                             + ", ".join(f"{k} {v}" for k, v in registration.DEFAULT_WEIGHTS.items())
+                             + ")")
+    parser.add_argument("--lr", type=float, default=0.25, metavar="VOXELS",
+                        help="Adam step at full resolution, doubled per coarser level (default 0.25)")
+
+
+def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``volsample demo``."""
+    parser.add_argument("--out", metavar="DIR", default=_DEMO_OUT,
+                        help=f"folder for the volumes and report.png (default {_DEMO_OUT}/)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small volume and few iterations (seconds)")
+    _add_common_arguments(parser)
+
+
+# ---------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------
+
+
+def run_register(args: argparse.Namespace) -> int:
+    """Register MOVING to FIXED and write the results under ``--out``."""
+    try:
+        fixed = _read(args.fixed, "FIXED")
+        moving = _read(args.moving, "MOVING")
+        labels = None
+        if args.labels:
+            labels = tuple(_label_map(_read(path, name)) for path, name in
+                           zip(args.labels, ("FIXED_LABELS", "MOVING_LABELS")))
+        _same_shape(fixed, moving, *(labels or ()))
+        iterations = args.iterations or [max(10, 100 // 2 ** k) for k in range(args.levels)]
+        if len(iterations) == 1:
+            iterations = iterations * args.levels
+        settings = dict(levels=args.levels, iterations=iterations,
+                        grid_spacing=args.grid_spacing, weight=args.smoothness, lr=args.lr)
+        run = _register(fixed, moving, labels, args.loss, settings, args.out,
+                        progress=not args.no_progress)
+    except (CommandError, VolsampleError) as error:
+        return _fail("register", error)
+    if labels is not None:
+        print(_change("dice", run.dice, ".4f"))
+    print(_change(f"similarity ({args.loss})", run.similarity, ".4g"))
+    return 0
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """Register the built-in synthetic pair and compare with the known deformation."""
+    shape, iterations = _DEMO_SETTINGS[args.quick]
+    pair = registration.synthetic_pair(shape)
+    print(f"demo: a {'x'.join(map(str, shape))} phantom under a known deformation of up to "
+          f"{np.abs(pair.displacement).max():.1f} voxels", flush=True)
+    inputs = {"fixed": pair.fixed, "moving": pair.moving, "fixed_labels": pair.fixed_labels,
+              "moving_labels": pair.moving_labels, "true_displacement": pair.displacement}
+    try:
+        _write_all(args.out, {name: _Volume(f"{name}.npy", v) for name, v in inputs.items()})
+        run = _register(_Volume("fixed.npy", pair.fixed), _Volume("moving.npy", pair.moving),
+                        (_Volume("fixed_labels.npy", pair.fixed_labels),
+                         _Volume("moving_labels.npy", pair.moving_labels)),
+                        args.loss, dict(levels=len(iterations), iterations=list(iterations)),
+                        args.out, progress=not args.no_progress)
+    except (CommandError, VolsampleError) as error:
+        return _fail("demo", error)
+    inside = pair.fixed_labels > 0
+    errors = tuple(registration.deformation_error(d, pair.displacement, inside)
+                   for d in (np.zeros_like(pair.displacement), run.result.displacement))
+    print(_change("deformation error (voxels)", errors, ".3f"))
+    print(_change("dice", run.dice, ".4f"))
+    print(_change(f"similarity ({args.loss})", run.similarity, ".4g"))
+    return 0
+
+
+def _change(name, values, spec):
+    before, after = values
+    return f"{name}: {before:{spec}} -> {after:{spec}}"
+
+
+def _fail(command, error):
+    print(f"volsample {command}: error: {error}", file=sys.stderr)
+    return 2
+
+
+@dataclasses.dataclass
+class _Run:
+    result: registration.RegistrationResult
+    similarity: tuple  # before, after
+    dice: tuple | None  # before, after, with labels
+
+
+def _register(fixed, moving, labels, loss, settings, out_dir, progress) -> _Run:
+    """Register, write the outputs in FIXED's format, the report, and measure."""
+    fixed_n, moving_n = (registration.normalise_intensity(v.data, name)
+                         for v, name in ((fixed, "FIXED"), (moving, "MOVING")))
+    bar = _Progress(sum(settings["iterations"]), settings["levels"],
+                    enabled=progress and sys.stderr.isatty())
+    try:
+        result = registration.register(fixed_n, moving_n, loss, callback=bar.update, **settings)
+    finally:
+        bar.close()
+    similarity = (registration.similarity(loss, fixed_n, moving_n),
+                  registration.similarity(loss, fixed_n, result.warped))
+    outputs = {"warped": result.warp(moving.data), "displacement": result.displacement}
+    dice = None
+    if labels is not None:
+        fixed_labels, moving_labels = (v.data for v in labels)
+        warped_labels = np.rint(result.warp(moving_labels, "nearest")).astype(moving_labels.dtype)
+        outputs["warped_labels"] = warped_labels
+        dice = (registration.dice(fixed_labels, moving_labels),
+                registration.dice(fixed_labels, warped_labels))
+    _write_all(out_dir, {name: fixed.like(name, data) for name, data in outputs.items()})
+    _write_report(os.path.join(out_dir, "report.png"), fixed_n, moving_n, result.warped,
+                  result.history, loss, similarity)
+    return _Run(result, similarity, dice)
+
+
+# ---------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Volume:
+    """A volume read from (or bound for) ``name``; ``image`` is its NIfTI image, if any."""
+
+    name: str
+    data: np.ndarray
+    image: object = None
+
+    def like(self, stem, data):
+        """A volume named ``stem`` in this one's format (NIfTI: this one's affine and header)."""
+        if self.image is None:
+            return _Volume(f"{stem}.npy", data)
+        return _Volume(f"{stem}.nii.gz", data, self.image)
+
+
+def _is_nifti(path):
+    return path.lower().endswith(_NIFTI_SUFFIXES)
+
+
+def _nibabel():
+    try:
+        import nibabel
+    except ImportError:
+        raise CommandError("reading and writing NIfTI files needs nibabel: pip install nibabel") \
+            from None
+    return nibabel
+
+
+def _read(path, what) -> _Volume:
+    """A 3-D volume from a .nii, .nii.gz or .npy file, checked to be real and finite."""
+    nifti = _is_nifti(path)
+    if not nifti and not path.lower().endswith(".npy"):
+        raise CommandError(f"{what}: expected a .nii, .nii.gz or .npy file, got {path!r}")
+    if not os.path.isfile(path):
+        raise CommandError(f"{what}: no such file: {path!r}")
+    nib = _nibabel() if nifti else None
+    try:
+        if nifti:
+            image = nib.load(path)
+            data = np.asarray(image.dataobj)
+        else:
+            image, data = None, np.load(path, allow_pickle=False)
+    # Any failure to parse (truncated, corrupt, wrong format) is the file's fault: one line.
+    except Exception as error:
+        raise CommandError(f"{what}: cannot read {path!r}: {error}") from None
+    while data.ndim > 3 and data.shape[-1] == 1:  # NIfTI keeps a trailing time axis of 1
+        data = data[..., 0]
+    if data.ndim != 3:
+        raise CommandError(f"{what}: expected a 3-D volume, got shape {data.shape} in {path!r}")
+    if data.dtype.kind not in "biuf":
+        raise CommandError(f"{what}: expected real numbers, got dtype {data.dtype} in {path!r}")
+    if data.dtype.kind == "f" and not np.isfinite(data).all():
+        raise CommandError(f"{what}: expected finite values, got NaN or inf in {path!r}")
+    return _Volume(os.path.basename(path), data, image)
+
+
+def _same_shape(*volumes):
+    fixed = volumes[0]
+    for v in volumes[1:]:
+        if v.data.shape != fixed.data.shape:
+            raise CommandError(f"{v.name}: expected the shape of {fixed.name}, "
+                               f"{fixed.data.shape}, got {v.data.shape}")
+
+
+def _label_map(volume) -> _Volume:
+    """The volume with integer labels (NIfTI often stores them as floats)."""
+    data = volume.data
+    if data.dtype.kind == "f":
+        rounded = np.rint(data)
+        if not np.array_equal(rounded, data):
+            raise CommandError(f"{volume.name}: expected integer labels, got fractions")
+        data = rounded.astype(np.int32)
+    elif data.dtype.kind == "b":
+        data = data.astype(np.int32)
+    if not (data > 0).any():
+        raise CommandError(f"{volume.name}: expected some label > 0, got none")
+    return dataclasses.replace(volume, data=data)
+
+
+def _write_all(out_dir, volumes):
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        for volume in volumes.values():
+            path = os.path.join(out_dir, volume.name)
+            if volume.image is None:
+                np.save(path, volume.data)
+            else:
+                nib = _nibabel()
+                header = volume.image.header.copy()
+                header.set_data_dtype(volume.data.dtype)
+                nib.save(nib.Nifti1Image(volume.data, volume.image.affine, header), path)
+    except OSError as error:
+        raise CommandError(f"--out: cannot write {out_dir!r}: {error}") from None
+
+
+# ---------------------------------------------------------------------------------------
+# Progress and report
+# ---------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """A one-line progress bar on stderr, redrawn at most ten times a second."""
+
+    def __init__(self, total, levels, enabled):
+        self.total, self.levels, self.enabled = total, levels, enabled and total > 0
+        self.done, self.last = 0, 0.0
+
+    def update(self, level, iteration, value, similarity):
+        self.done += 1
+        now = time.monotonic()
+        if self.enabled and (now - self.last > 0.1 or self.done == self.total):
+            self.last = now
+            filled = 30 * self.done // self.total
+            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} "
+                             f"level {level + 1}/{self.levels} similarity {similarity:.4g}  ")
+            sys.stderr.flush()
+
+    def close(self):
+        if self.enabled and self.done:
+            sys.stderr.write("\n")
+
+
+def _checkerboard(a, b, tile):
+    """``a`` and ``b`` (2-D) in alternating square tiles of ``tile`` pixels."""
+    i, j = np.indices(a.shape)
+    return np.where((i // tile + j // tile) % 2 == 0, a, b)
+
+
+def _write_report(path, fixed, moving, warped, history, loss, similarity):
+    """Orthogonal central slices before and after, checkerboards of fixed against moving and
+    warped, and the loss curve, as a PNG; a warning instead if matplotlib is missing."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        print("warning: matplotlib is not installed, so no PNG report was written "
+              "(pip install matplotlib)", file=sys.stderr)
+        return
+    columns = {"fixed": None, "moving (before)": moving, "warped (after)": warped,
+               "fixed | moving": moving, "fixed | warped": warped}
+    fig = Figure(figsize=(13, 10.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    grid = fig.add_gridspec(4, len(columns), height_ratios=(1, 1, 1, 1.1))
+    tile = max(2, min(fixed.shape) // 8)
+    low, high = np.percentile(fixed, (0.5, 99.5))
+    for row, axis in enumerate(range(3)):
+        fixed_slice = np.take(fixed, fixed.shape[axis] // 2, axis=axis)
+        for col, (title, volume) in enumerate(columns.items()):
+            image = fixed_slice if volume is None else np.take(volume, fixed.shape[axis] // 2,
+                                                               axis=axis)
+            if "|" in title:
+                image = _checkerboard(fixed_slice, image, tile)
+            ax = fig.add_subplot(grid[row, col])
+            ax.imshow(image, cmap="gray", vmin=low, vmax=high, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if row == 0:
+                ax.set_title(title)
+            if col == 0:
+                ax.set_ylabel(f"slice {fixed.shape[axis] // 2} of axis {axis}")
+    ax = fig.add_subplot(grid[3, :])
+    levels, objective, sim = (np.array(v) for v in zip(*history)) if history else ([], [], [])
+    ax.plot(objective, color="C0", label="objective (similarity loss + smoothness)")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("objective", color="C0")
+    twin = ax.twinx()
+    twin.plot(sim, color="C1", label=f"similarity ({loss})")
+    twin.set_ylabel(f"similarity ({loss})", color="C1")
+    for start in np.flatnonzero(np.diff(levels)) + 1:
+        ax.axvline(start, color="grey", linestyle=":")
+    ax.set_title(f"similarity ({loss}): {similarity[0]:.4g} -> {similarity[1]:.4g}; "
+                 "dotted lines: next resolution level")
+    try:
+        fig.savefig(path, dpi=80)
+    except OSError as error:
+        raise CommandError(f"--out: cannot write {path!r}: {error}") from None

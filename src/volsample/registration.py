@@ -1,0 +1,525 @@
+"""Deformable 3-D registration built on volsample's NumPy operators (no PyTorch).
+
+A free-form deformation: a coarse grid of control-point displacements is upsampled
+trilinearly (``upsample_trilinear_3d``, align_corners=True) to a dense displacement,
+added to the identity grid, and the moving volume is sampled there (``grid_sample_3d``).
+The objective is an image similarity (MSE or local NCC) plus a smoothness penalty on
+the control grid; its gradient runs back through ``grid_sample_3d_backward`` (grad_grid)
+and ``upsample_trilinear_3d_backward``, and Adam takes the steps. Coarse-to-fine: each
+level halves the image resolution and doubles the control spacing of the next finer one.
+
+Conventions
+-----------
+Volumes are 3-D arrays indexed (D, H, W). Inside this module displacements are stored in
+grid_sample's channel order (x, y, z), i.e. along (W, H, D), in voxels of the full
+resolution volume; a voxel displacement u along x is ``2 u / (W - 1)`` in the normalised
+coordinates grid_sample reads (align_corners=True). The warped volume is
+``warped(p) = moving(p + u(p))`` for every voxel p of the fixed volume.
+``RegistrationResult.displacement`` is returned in array-axis order (D, H, W) instead,
+the order a user indexes the volume in.
+
+The demo's synthetic pair (``synthetic_pair``) is a procedural phantom of nested soft
+ellipsoids and blobs, with a label map, and a known smooth deformation of it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Callable
+
+import numpy as np
+
+from ._checks import InvalidArgumentError
+from .grid_sample import grid_sample_3d, grid_sample_3d_backward
+from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
+
+_SAMPLING = dict(padding_mode="border", align_corners=True)  # of every image warp
+_NCC_EPS = 1e-5  # keeps the local NCC finite (and 0) in flat windows
+_MIN_LEVEL_SIZE = 8  # coarse pyramid levels keep at least this many voxels per axis
+
+
+# ---------------------------------------------------------------------------------------
+# Coordinates and the free-form deformation
+# ---------------------------------------------------------------------------------------
+
+
+def identity_grid(shape, dtype=np.float32) -> np.ndarray:
+    """The identity sampling grid of a (D, H, W) volume, shape (1, D, H, W, 3).
+
+    Channels are (x, y, z) in [-1, 1], the centres of the corner voxels at +-1
+    (align_corners=True).
+    """
+    z, y, x = np.meshgrid(*(np.linspace(-1, 1, n, dtype=dtype) for n in shape), indexing="ij")
+    return np.stack([x, y, z], axis=-1)[None]
+
+
+def voxel_to_normalised(shape, dtype=np.float32) -> np.ndarray:
+    """Per-channel (x, y, z) factors turning voxel displacements of a (D, H, W) volume
+    into normalised ones (align_corners=True): ``2 / (size - 1)``."""
+    D, H, W = shape
+    return np.array([2 / (W - 1), 2 / (H - 1), 2 / (D - 1)], dtype)
+
+
+def dense_displacement(control: np.ndarray, shape) -> np.ndarray:
+    """The dense displacement of a control grid, shape (1, D, H, W, 3).
+
+    ``control`` has shape (1, cd, ch, cw, 3) (channels last, as the grid): each channel is
+    upsampled trilinearly with align_corners=True, so the control points sit on the corner
+    voxels and spread evenly between them.
+    """
+    return upsample_trilinear_3d(control, size=tuple(shape), align_corners=True, layout="NDHWC")
+
+
+def warp(volume: np.ndarray, displacement: np.ndarray, mode: str = "bilinear",
+         scale: np.ndarray | None = None) -> np.ndarray:
+    """Sample ``volume`` (D, H, W) at ``p + displacement(p)`` for every voxel p.
+
+    ``displacement`` is (1, D, H, W, 3) in voxels, channels (x, y, z); ``scale`` turns it
+    into normalised units (default ``voxel_to_normalised(volume.shape)``). Points outside
+    the volume read its border. ``mode="nearest"`` suits label maps.
+    """
+    if scale is None:
+        scale = voxel_to_normalised(volume.shape, volume.dtype)
+    grid = identity_grid(displacement.shape[1:4], volume.dtype) + displacement * scale
+    return grid_sample_3d(volume[None, None], grid, mode=mode, **_SAMPLING)[0, 0]
+
+
+def control_shape(shape, spacing: float) -> tuple[int, int, int]:
+    """Control-grid size covering a (D, H, W) volume with points ``spacing`` voxels apart
+    (at least 2 per axis, so that the corners carry points)."""
+    return tuple(max(2, math.ceil((n - 1) / spacing) + 1) for n in shape)
+
+
+def refine(control: np.ndarray, size) -> np.ndarray:
+    """A control grid resampled to ``size`` points per axis describing (nearly, exactly
+    when each cell is split in two) the same dense displacement."""
+    if tuple(size) == control.shape[1:4]:
+        return control
+    return upsample_trilinear_3d(control, size=tuple(size), align_corners=True, layout="NDHWC")
+
+
+# ---------------------------------------------------------------------------------------
+# Box filters, similarity losses and the smoothness penalty
+# ---------------------------------------------------------------------------------------
+
+
+def box_sum(volume: np.ndarray, radius: int) -> np.ndarray:
+    """Sum over the (2 radius + 1)^3 window around every voxel, by cumulative sums along
+    each axis; the window is cut at the border (zero padding).
+
+    The operator is symmetric (voxel i's window holds j exactly when j's holds i), so it
+    is its own adjoint: the gradients below apply it again.
+    """
+    out = volume
+    for axis in range(3):
+        moved = np.moveaxis(out, axis, 0)
+        n = moved.shape[0]
+        csum = np.cumsum(moved, axis=0, dtype=volume.dtype)
+        summed = csum[np.minimum(np.arange(n) + radius, n - 1)]  # up to i + radius
+        summed[radius + 1:] -= csum[:max(0, n - radius - 1)]  # minus up to i - radius - 1
+        out = np.moveaxis(summed, 0, axis)
+    return out
+
+
+def blur(volume: np.ndarray, radius: int, passes: int = 2) -> np.ndarray:
+    """Local mean over (2 radius + 1)^3 windows, ``passes`` times (close to a Gaussian of
+    variance ``passes * radius * (radius + 1) / 3`` per axis); windows cut at the border
+    average what they hold."""
+    counts = box_sum(np.ones_like(volume), radius)
+    for _ in range(passes):
+        volume = box_sum(volume, radius) / counts
+    return volume
+
+
+def mse(fixed: np.ndarray, warped: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean squared difference and its gradient with respect to ``warped``."""
+    diff = warped - fixed
+    return float(np.mean(diff * diff)), diff * (2 / diff.size)
+
+
+def local_ncc(fixed: np.ndarray, warped: np.ndarray, window: int = 5) -> tuple[float, np.ndarray]:
+    """Mean local normalised cross-correlation and its gradient with respect to ``warped``.
+
+    Over every voxel's ``window``^3 box, ``cc = cov(F, J)^2 / (var F var J + eps)``, the
+    squared correlation coefficient (0 in flat boxes, 1 for a local linear match), as in
+    VoxelMorph; the result is its mean over voxels. Higher is better.
+    """
+    radius = window // 2
+    F, J = fixed, warped
+    n = box_sum(np.ones_like(F), radius)
+    F_sum, J_sum = box_sum(F, radius), box_sum(J, radius)
+    cross = box_sum(F * J, radius) - F_sum * J_sum / n
+    F_var = box_sum(F * F, radius) - F_sum * F_sum / n
+    J_var = box_sum(J * J, radius) - J_sum * J_sum / n
+    denominator = F_var * J_var + _NCC_EPS
+    cc = cross * cross / denominator
+    # cc depends on J through the window sums of J, J^2 and F J; d(mean cc)/d(each sum),
+    # then back through the (self-adjoint) box sums to every voxel of J.
+    d_cross = 2 * cross / denominator / cc.size
+    d_J_var = -cc * F_var / denominator / cc.size
+    d_J_sum = -(d_cross * F_sum + 2 * d_J_var * J_sum) / n
+    grad = box_sum(d_J_sum, radius) + 2 * J * box_sum(d_J_var, radius) + F * box_sum(d_cross, radius)
+    return float(np.mean(cc)), grad
+
+
+# name -> (similarity function, its sign as a loss: +1 lower is better, -1 higher is)
+SIMILARITIES: dict[str, tuple[Callable, int]] = {
+    "mse": (mse, 1),
+    "ncc": (local_ncc, -1),
+}
+
+
+def similarity(metric: str, fixed: np.ndarray, warped: np.ndarray, window: int = 5) -> float:
+    """The similarity ``metric`` ("mse" or "ncc") of two volumes."""
+    function, _ = _similarity(metric, window)
+    return function(fixed, warped)[0]
+
+
+def _similarity(metric, window):
+    """(function(fixed, warped) -> (value, gradient), sign) of ``metric``."""
+    if metric not in SIMILARITIES:
+        raise InvalidArgumentError(
+            f"loss: expected one of {', '.join(map(repr, SIMILARITIES))}, got {metric!r}")
+    function, sign = SIMILARITIES[metric]
+    if function is local_ncc:
+        function = functools.partial(local_ncc, window=window)
+    return function, sign
+
+
+def smoothness(control: np.ndarray, spacing) -> tuple[float, np.ndarray]:
+    """Diffusion penalty of a control grid and its gradient.
+
+    ``sum over axes a of mean((diff_a u / h_a)^2)``: finite differences of the control
+    displacements along each axis (D, H, W), over the point spacing ``spacing[a]`` in the
+    same voxel units, so about ``|grad u|^2 / 3`` averaged over the volume.
+    """
+    value, grad = 0.0, np.zeros_like(control)
+    for axis, h in zip((1, 2, 3), spacing):
+        d = np.diff(control, axis=axis) / control.dtype.type(h)
+        value += float(np.mean(d * d))
+        t = d * control.dtype.type(2 / (h * d.size))
+        grad[_along(axis, slice(1, None))] += t
+        grad[_along(axis, slice(None, -1))] -= t
+    return value, grad
+
+
+def _along(axis, index):
+    return (slice(None),) * axis + (index,)
+
+
+def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc",
+              weight: float = 0.0, *, full_shape=None, window: int = 5):
+    """The registration objective at one resolution, and its gradient.
+
+    Parameters
+    ----------
+    control : ndarray, shape (1, cd, ch, cw, 3)
+        Control-point displacements, channels (x, y, z), in voxels of ``full_shape``.
+    fixed, moving : ndarray, shape (D, H, W)
+        The volumes at this resolution, of ``control``'s dtype.
+    loss : {"mse", "ncc"}
+        The similarity term (NCC enters negated, so that lower is better).
+    weight : float
+        Weight of the smoothness penalty.
+    full_shape : (int, int, int), optional
+        The volume shape whose voxels measure displacements (default ``fixed.shape``).
+    window : int
+        Box size of the local NCC.
+
+    Returns
+    -------
+    value : float
+        ``sign * similarity + weight * smoothness``.
+    grad : ndarray
+        d value / d control, ``control``'s shape and dtype.
+    similarity : float
+        The similarity term alone, as reported (MSE, or NCC positive).
+    """
+    function, sign = _similarity(loss, window)
+    full_shape = tuple(full_shape or fixed.shape)
+    dtype = control.dtype
+    scale = voxel_to_normalised(full_shape, dtype)
+    displacement = dense_displacement(control, fixed.shape)
+    grid = identity_grid(fixed.shape, dtype) + displacement * scale
+    warped = grid_sample_3d(moving[None, None], grid, **_SAMPLING)[0, 0]
+    sim, grad_warped = function(fixed, warped)
+    _, grad_grid = grid_sample_3d_backward((sign * grad_warped)[None, None], moving[None, None],
+                                           grid, **_SAMPLING, output_mask=(False, True))
+    grad = upsample_trilinear_3d_backward(grad_grid * scale, control.shape[:1] + (3,)
+                                          + control.shape[1:4], align_corners=True,
+                                          layout="NDHWC")
+    spacing = [(n - 1) / (c - 1) for n, c in zip(full_shape, control.shape[1:4])]
+    penalty, grad_penalty = smoothness(control, spacing)
+    return sign * sim + weight * penalty, grad + dtype.type(weight) * grad_penalty, sim
+
+
+# ---------------------------------------------------------------------------------------
+# Optimisation
+# ---------------------------------------------------------------------------------------
+
+
+class Adam:
+    """Adam (Kingma & Ba) updating one array in place."""
+
+    def __init__(self, params: np.ndarray, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
+        self.m = np.zeros_like(params)
+        self.v = np.zeros_like(params)
+        self.t = 0
+
+    def step(self, grad: np.ndarray) -> None:
+        b1, b2 = self.betas
+        self.t += 1
+        self.m += (1 - b1) * (grad - self.m)
+        self.v += (1 - b2) * (grad * grad - self.v)
+        m_hat = self.m / (1 - b1 ** self.t)
+        v_hat = self.v / (1 - b2 ** self.t)
+        self.params -= (self.lr * m_hat / (np.sqrt(v_hat) + self.eps)).astype(self.params.dtype)
+
+
+@dataclasses.dataclass
+class RegistrationResult:
+    """What ``register`` found.
+
+    Attributes
+    ----------
+    displacement : ndarray, shape (D, H, W, 3), float32
+        In voxels; component a is along array axis a (D, H, W).
+    warped : ndarray, shape (D, H, W), float32
+        The (normalised) moving volume warped onto the fixed one.
+    control : ndarray, shape (1, cd, ch, cw, 3)
+        The finest control grid, channels (x, y, z).
+    history : list of (level, objective, similarity)
+        One entry per iteration.
+    """
+
+    displacement: np.ndarray
+    warped: np.ndarray
+    control: np.ndarray
+    history: list
+
+    def warp(self, volume: np.ndarray, mode: str = "bilinear") -> np.ndarray:
+        """Warp another volume on the moving one's grid (e.g. labels with "nearest")."""
+        return warp(np.asarray(volume, np.float32), self.displacement[..., ::-1][None], mode)
+
+
+DEFAULT_WEIGHTS = {"mse": 0.001, "ncc": 0.1}  # smoothness weight per loss
+
+
+def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *, levels: int = 3,
+             iterations=100, grid_spacing: float = 4.0, weight: float | None = None,
+             lr: float = 0.25, window: int = 5,
+             callback: Callable[[int, int, float, float], None] | None = None
+             ) -> RegistrationResult:
+    """Register ``moving`` to ``fixed`` with a multi-resolution free-form deformation.
+
+    Parameters
+    ----------
+    fixed, moving : ndarray, shape (D, H, W)
+        Volumes of one shape, intensities on comparable scales (e.g. both in [0, 1]);
+        computed in float32.
+    loss : {"mse", "ncc"}
+        Similarity: mean squared difference, or local normalised cross-correlation.
+    levels : int
+        Resolution levels; level k (from 0, finest) blurs and halves the volume k times
+        and spaces control points ``grid_spacing * 2**k`` voxels apart.
+    iterations : int or sequence of int
+        Adam steps per level, one number for all or one per level (coarsest first).
+    grid_spacing : float
+        Control-point spacing at the finest level, in voxels.
+    weight : float, optional
+        Smoothness weight (default ``DEFAULT_WEIGHTS[loss]``).
+    lr : float
+        Adam step size at the finest level, in voxels; doubled per coarser level.
+    window : int
+        Box size of the local NCC.
+    callback : callable(level, iteration, objective, similarity), optional
+        Called after every step (levels counted from 0, coarsest first).
+
+    Returns
+    -------
+    RegistrationResult
+    """
+    fixed, moving = _validated_pair(fixed, moving)
+    _similarity(loss, window)
+    if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
+        raise InvalidArgumentError(f"levels: expected an int >= 1, got {levels!r}")
+    steps = _per_level("iterations", iterations, levels)
+    for name, value in (("grid_spacing", grid_spacing), ("lr", lr)):
+        if not value > 0:
+            raise InvalidArgumentError(f"{name}: expected a number > 0, got {value!r}")
+    if weight is not None and not weight >= 0:
+        raise InvalidArgumentError(f"weight: expected a number >= 0, got {weight!r}")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
+        raise InvalidArgumentError(f"window: expected an odd int >= 1, got {window!r}")
+    weight = DEFAULT_WEIGHTS[loss] if weight is None else weight
+    shape = fixed.shape
+    control = np.zeros((1,) + control_shape(shape, grid_spacing * 2 ** (levels - 1)) + (3,),
+                       np.float32)
+    history = []
+    for level in range(levels):
+        factor = 2 ** (levels - 1 - level)
+        fixed_l, moving_l = (_downsample(v, factor) for v in (fixed, moving))
+        control = refine(control, control_shape(shape, grid_spacing * factor))
+        adam = Adam(control, lr * factor)
+        for it in range(steps[level]):
+            value, grad, sim = objective(control, fixed_l, moving_l, loss, weight,
+                                         full_shape=shape, window=window)
+            adam.step(grad)
+            history.append((level, value, sim))
+            if callback is not None:
+                callback(level, it, value, sim)
+    displacement = dense_displacement(control, shape)
+    warped = warp(moving, displacement)
+    return RegistrationResult(np.ascontiguousarray(displacement[0, ..., ::-1]), warped, control,
+                              history)
+
+
+def normalise_intensity(volume: np.ndarray, name: str = "volume") -> np.ndarray:
+    """``volume`` as float32, mapped linearly so that its 0.5th and 99.5th percentiles
+    (its minimum and maximum if those coincide) become 0 and 1; nothing is clipped."""
+    volume = np.asarray(volume, np.float32)
+    low, high = np.percentile(volume, (0.5, 99.5))
+    if high <= low:
+        low, high = volume.min(), volume.max()
+    if not high > low:
+        raise InvalidArgumentError(f"{name}: expected a volume with some contrast, got the "
+                                   f"constant {float(low)!r}")
+    return (volume - np.float32(low)) / np.float32(high - low)
+
+
+def _validated_pair(fixed, moving):
+    fixed, moving = np.asarray(fixed), np.asarray(moving)
+    for name, v in (("fixed", fixed), ("moving", moving)):
+        if v.ndim != 3 or min(v.shape) < 2:
+            raise InvalidArgumentError(
+                f"{name}: expected a 3-D volume with at least 2 voxels per axis, got shape {v.shape}")
+    if fixed.shape != moving.shape:
+        raise InvalidArgumentError(
+            f"fixed and moving: expected one shape, got {fixed.shape} and {moving.shape}")
+    return fixed.astype(np.float32), moving.astype(np.float32)
+
+
+def _per_level(name, value, levels):
+    values = [value] * levels if isinstance(value, int) else list(value)
+    if len(values) != levels or not all(isinstance(v, int) and v >= 0 for v in values):
+        raise InvalidArgumentError(
+            f"{name}: expected an int >= 0 or {levels} of them (one per level), got {value!r}")
+    return values
+
+
+def _downsample(volume, factor):
+    """The volume blurred and resampled to about 1 / ``factor`` of its size per axis (the
+    same normalised coordinates: align_corners=True)."""
+    if factor == 1:
+        return volume
+    size = tuple(max(min(n, _MIN_LEVEL_SIZE), round((n - 1) / factor) + 1) for n in volume.shape)
+    smooth = blur(volume, factor // 2)
+    return upsample_trilinear_3d(smooth[None, None], size=size, align_corners=True)[0, 0]
+
+
+# ---------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------
+
+
+def dice(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean Dice overlap of two label maps over the labels > 0 present in either."""
+    labels = np.union1d(np.unique(a), np.unique(b))
+    labels = labels[labels > 0]
+    if labels.size == 0:
+        raise InvalidArgumentError("dice: expected label maps with some label > 0, got none")
+    scores = [2 * np.sum((a == k) & (b == k)) / (np.sum(a == k) + np.sum(b == k)) for k in labels]
+    return float(np.mean(scores))
+
+
+def deformation_error(displacement: np.ndarray, truth: np.ndarray, mask: np.ndarray) -> float:
+    """Mean Euclidean distance (voxels) between two (D, H, W, 3) displacements in ``mask``."""
+    return float(np.mean(np.linalg.norm(displacement - truth, axis=-1)[mask]))
+
+
+# ---------------------------------------------------------------------------------------
+# The synthetic pair of the demo
+# ---------------------------------------------------------------------------------------
+
+# (centre (x, y, z), radii (x, y, z), intensity, label), in normalised coordinates, painted
+# in order: a body, two organs, a core nested in the second, and darker blobs as texture.
+_PHANTOM = (
+    ((0.0, 0.0, 0.0), (0.78, 0.62, 0.70), 0.35, 1),
+    ((-0.32, 0.12, 0.15), (0.26, 0.22, 0.32), 0.80, 2),
+    ((0.30, -0.10, -0.12), (0.24, 0.28, 0.22), 0.60, 3),
+    ((0.32, -0.12, -0.10), (0.10, 0.12, 0.09), 1.00, 4),
+    ((0.05, 0.38, -0.35), (0.12, 0.10, 0.12), 0.10, 5),
+    ((-0.40, -0.30, -0.30), (0.11, 0.13, 0.10), 0.10, 5),
+    ((0.45, 0.30, 0.35), (0.10, 0.10, 0.13), 0.10, 5),
+    ((-0.05, -0.40, 0.40), (0.12, 0.09, 0.10), 0.10, 5),
+)
+_TEXTURE = 0.08  # amplitude of the texture inside every shape
+_TEXTURE_FREQUENCY = np.array([9.0, 7.0, 8.0])  # radians per normalised unit (x, y, z)
+
+
+def phantom(points: np.ndarray, edge: float) -> tuple[np.ndarray, np.ndarray]:
+    """The phantom's intensity and label at ``points`` (..., 3), normalised (x, y, z).
+
+    Edges are soft: membership rises from 0 to 1 over about ``edge`` normalised units,
+    so that the image is smooth at the voxel scale; labels are the hard insides.
+    """
+    image = np.zeros(points.shape[:-1], np.float32)
+    labels = np.zeros(points.shape[:-1], np.int16)
+    # A gentle texture, so that uniform regions still show how they move.
+    texture = _TEXTURE * np.prod(np.sin(points * _TEXTURE_FREQUENCY), axis=-1)
+    for centre, radii, intensity, label in _PHANTOM:
+        rho = np.sqrt(np.sum(((points - centre) / radii) ** 2, axis=-1))
+        distance = (1 - rho) * min(radii)  # about the distance to the surface, inside > 0
+        inside = 1 / (1 + np.exp(-np.clip(distance / (0.25 * edge), -50, 50)))
+        image += (inside * (intensity + texture - image)).astype(np.float32)
+        labels[rho < 1] = label
+    return image, labels
+
+
+def smooth_deformation(shape, amplitude: float, seed: int = 0) -> np.ndarray:
+    """A smooth random displacement of a (D, H, W) volume, (1, D, H, W, 3) in voxels,
+    channels (x, y, z): per channel a product of low-frequency sines, peak ``amplitude``."""
+    rng = np.random.default_rng(seed)
+    coords = identity_grid(shape, np.float64)[0]
+    field = np.empty(coords.shape)
+    for channel in range(3):
+        frequency = rng.uniform(0.5, 1.0, 3) * np.pi
+        phase = rng.uniform(0, 2 * np.pi, 3)
+        field[..., channel] = amplitude * np.prod(np.sin(coords * frequency + phase), axis=-1)
+    return field[None].astype(np.float32)
+
+
+@dataclasses.dataclass
+class SyntheticPair:
+    """The demo's volumes: ``fixed(p) = moving(p + displacement(p))`` exactly.
+
+    displacement is (D, H, W, 3) in voxels, component a along array axis a (as in
+    ``RegistrationResult``); labels are int16 maps, 0 outside the phantom.
+    """
+
+    fixed: np.ndarray
+    moving: np.ndarray
+    fixed_labels: np.ndarray
+    moving_labels: np.ndarray
+    displacement: np.ndarray
+
+
+def synthetic_pair(shape=(64, 64, 64), amplitude: float | None = None, seed: int = 0
+                   ) -> SyntheticPair:
+    """A phantom (moving) and the same phantom under a known smooth deformation (fixed).
+
+    Both are evaluated analytically (no interpolation): the fixed volume is the phantom
+    at ``p + u(p)``. ``amplitude`` is the deformation's peak in voxels (default a
+    sixteenth of the smallest side).
+    """
+    amplitude = min(shape) / 16 if amplitude is None else amplitude
+    truth = smooth_deformation(shape, amplitude, seed)
+    scale = voxel_to_normalised(shape)
+    identity = identity_grid(shape)[0]
+    edge = 1.5 * float(scale.max())  # 0.75 voxel of the finest axis
+    moving, moving_labels = phantom(identity, edge)
+    fixed, fixed_labels = phantom(identity + truth[0] * scale, edge)
+    return SyntheticPair(fixed, moving, fixed_labels, moving_labels,
+                         np.ascontiguousarray(truth[0, ..., ::-1]))

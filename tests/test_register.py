@@ -1,0 +1,324 @@
+"""Tests of ``volsample register`` / ``volsample demo`` and of the registration maths.
+
+The hand-written gradient is checked against finite differences in float64; the demo must
+recover its known deformation; ``register`` must round-trip ``.npy`` and NIfTI files; bad
+input must end in one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import re
+import sys
+
+import numpy as np
+import pytest
+from helpers import assert_close
+
+from volsample import registration
+from volsample.cli import main
+from volsample.register import _Progress
+
+# "<name>: <before> -> <after>", as the commands print their results
+_CHANGE = r"^{}: (\S+) -> (\S+)$"
+
+
+def _change(stdout, name):
+    """The (before, after) numbers of the line ``name: before -> after``."""
+    match = re.search(_CHANGE.format(re.escape(name)), stdout, re.MULTILINE)
+    assert match, f"no line {name!r} in:\n{stdout}"
+    return float(match.group(1)), float(match.group(2))
+
+
+def _smooth_volume(shape, seed, dtype=np.float64):
+    rng = np.random.default_rng(seed)
+    return registration.blur(rng.standard_normal(shape), 1).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# Maths
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,radius", [
+    ((5, 6, 7), 1),
+    ((5, 6, 7), 2),
+    ((2, 9, 4), 2),  # an axis shorter than the window
+])
+def test_box_sum_matches_a_direct_sum(shape, radius):
+    volume = np.random.default_rng(0).standard_normal(shape)
+    expected = np.empty(shape)
+    for index in np.ndindex(shape):
+        window = tuple(slice(max(0, i - radius), i + radius + 1) for i in index)
+        expected[index] = volume[window].sum()
+    assert_close("box_sum", registration.box_sum(volume, radius), expected, 1e-12, 1e-12)
+
+
+@pytest.mark.parametrize("channel,axis", [(0, 2), (1, 1), (2, 0)])
+def test_warp_channel_x_moves_along_w(channel, axis):
+    # grid channel 0 is x (array axis 2, W), 1 is y (H), 2 is z (D): a displacement of
+    # one voxel reads the next voxel along that axis, exactly.
+    volume = np.random.default_rng(1).standard_normal((6, 7, 8)).astype(np.float32)
+    displacement = np.zeros((1, 6, 7, 8, 3), np.float32)
+    displacement[..., channel] = 1
+    warped = registration.warp(volume, displacement)
+    inner = [slice(None)] * 3
+    inner[axis] = slice(0, -1)
+    shifted = [slice(None)] * 3
+    shifted[axis] = slice(1, None)
+    assert_close("warped", warped[tuple(inner)], volume[tuple(shifted)], 1e-6, 1e-6)
+
+
+def test_refining_a_control_grid_keeps_its_displacement():
+    # Splitting every cell in two (n -> 2n - 1 points) describes the same trilinear field.
+    control = np.random.default_rng(2).standard_normal((1, 3, 4, 5, 3))
+    fine = registration.refine(control, (5, 7, 9))
+    assert_close("dense", registration.dense_displacement(fine, (17, 19, 21)),
+                 registration.dense_displacement(control, (17, 19, 21)), 1e-12, 1e-12)
+
+
+def test_local_ncc_is_one_for_a_linear_intensity_map_and_small_for_noise():
+    fixed = np.random.default_rng(3).standard_normal((10, 10, 10))
+    value, _ = registration.local_ncc(fixed, 3 * fixed + 2)
+    assert value == pytest.approx(1, abs=1e-6)
+    noise = np.random.default_rng(4).standard_normal(fixed.shape)
+    assert registration.local_ncc(fixed, noise)[0] < 0.1
+
+
+@pytest.mark.parametrize("loss", ["mse", "ncc"])
+@pytest.mark.parametrize("full_shape", [None, (13, 15, 17)],
+                         ids=["finest level", "coarse level"])
+def test_objective_gradient_matches_finite_differences(loss, full_shape):
+    # float64 end to end: similarity -> grid_sample backward -> upsample backward, plus the
+    # smoothness penalty; odd sizes so that no axis is symmetric.
+    fixed, moving = _smooth_volume((7, 8, 9), 5), _smooth_volume((7, 8, 9), 6)
+    control = np.random.default_rng(7).uniform(-1, 1, (1, 3, 4, 3, 3))
+    kwargs = dict(loss=loss, weight=0.3, full_shape=full_shape, window=3)
+    _, grad, _ = registration.objective(control, fixed, moving, **kwargs)
+    assert grad.dtype == np.float64 and grad.shape == control.shape
+    eps = 1e-6
+    numeric = np.empty_like(control)
+    for index in np.ndindex(control.shape):
+        plus, minus = control.copy(), control.copy()
+        plus[index] += eps
+        minus[index] -= eps
+        numeric[index] = (registration.objective(plus, fixed, moving, **kwargs)[0]
+                          - registration.objective(minus, fixed, moving, **kwargs)[0]) / (2 * eps)
+    scale = np.abs(numeric).max()
+    assert scale > 0
+    assert_close("d objective / d control", grad, numeric, 1e-5, 1e-6 * scale)
+
+
+def test_dice_and_deformation_error_exact_cases():
+    a = np.zeros((2, 2, 2), int)
+    b = np.zeros((2, 2, 2), int)
+    a[0, 0, :2] = 1  # label 1: two voxels in a, one of them in b
+    b[0, 0, 0] = 1
+    a[1] = 2  # label 2: identical, four voxels
+    b[1] = 2
+    assert registration.dice(a, b) == pytest.approx((2 * 1 / 3 + 1) / 2)
+    truth = np.zeros((2, 2, 2, 3))
+    found = np.zeros((2, 2, 2, 3))
+    found[..., 0], found[..., 1] = 3, 4  # 5 voxels off everywhere
+    found[0, 0, 0] = 0
+    mask = a > 0
+    assert registration.deformation_error(found, truth, mask) == pytest.approx((5 * 5 + 0) / 6)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(loss="l1"), "loss: expected one of 'mse', 'ncc', got 'l1'"),
+    (dict(levels=0), "levels: expected an int >= 1"),
+    (dict(iterations=[5, 5]), "iterations: expected an int >= 0 or 3 of them"),
+    (dict(grid_spacing=0), "grid_spacing: expected a number > 0"),
+    (dict(weight=-1), "weight: expected a number >= 0"),
+    (dict(window=4), "window: expected an odd int >= 1"),
+])
+def test_register_rejects_bad_arguments(kwargs, match):
+    volume = _smooth_volume((6, 6, 6), 8, np.float32)
+    with pytest.raises(ValueError, match=re.escape(match)):
+        registration.register(volume, volume, **kwargs)
+
+
+def test_register_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match=re.escape("expected one shape, got (6, 6, 6) and (6, 6, 5)")):
+        registration.register(np.zeros((6, 6, 6)), np.zeros((6, 6, 5)))
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------
+
+
+def test_demo_recovers_the_known_deformation(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert main(["demo", "--quick", "--out", str(out), "--no-progress"]) == 0
+    stdout = capsys.readouterr().out
+    error_before, error_after = _change(stdout, "deformation error (voxels)")
+    assert error_before > 0.5 and error_after < 0.5 * error_before
+    dice_before, dice_after = _change(stdout, "dice")
+    assert dice_after > dice_before + 0.1
+    ncc_before, ncc_after = _change(stdout, "similarity (ncc)")
+    assert ncc_after > ncc_before
+    assert stdout.strip().splitlines()[-1].startswith("similarity (ncc): ")
+    shape = np.load(out / "fixed.npy").shape
+    assert np.load(out / "warped.npy").shape == shape
+    assert np.load(out / "displacement.npy").shape == shape + (3,)
+    assert (out / "report.png").stat().st_size > 10_000
+
+
+@pytest.fixture(scope="module")
+def pair():
+    # A non-cubic phantom, so that a mixed-up axis order shows.
+    return registration.synthetic_pair((22, 18, 20))
+
+
+def _register_args(fixed, moving, out, *extra):
+    return ["register", str(fixed), str(moving), "--out", str(out), "--no-progress",
+            "--levels", "2", "--iterations", "30", *map(str, extra)]
+
+
+def test_register_npy_round_trip(tmp_path, capsys, pair):
+    paths = {}
+    for name in ("fixed", "moving", "fixed_labels", "moving_labels"):
+        paths[name] = tmp_path / f"{name}.npy"
+        np.save(paths[name], getattr(pair, name))
+    out = tmp_path / "out"
+    code = main(_register_args(paths["fixed"], paths["moving"], out, "--loss", "mse", "--labels",
+                               paths["fixed_labels"], paths["moving_labels"]))
+    assert code == 0
+    stdout = capsys.readouterr().out
+    mse_before, mse_after = _change(stdout, "similarity (mse)")
+    assert mse_after < 0.5 * mse_before
+    assert stdout.strip().splitlines()[-1].startswith("similarity (mse): ")
+    dice_before, dice_after = _change(stdout, "dice")
+    assert dice_after > dice_before
+    warped = np.load(out / "warped.npy")
+    assert warped.shape == pair.fixed.shape and warped.dtype == np.float32
+    labels = np.load(out / "warped_labels.npy")
+    assert labels.dtype == pair.moving_labels.dtype
+    assert set(np.unique(labels)) <= set(np.unique(pair.moving_labels))
+    # Components in array-axis order: the field written is closer to the truth than none.
+    displacement = np.load(out / "displacement.npy")
+    assert displacement.shape == pair.fixed.shape + (3,)
+    inside = pair.fixed_labels > 0
+    assert (registration.deformation_error(displacement, pair.displacement, inside)
+            < 0.6 * registration.deformation_error(0 * displacement, pair.displacement, inside))
+    assert (out / "report.png").exists()
+
+
+def test_register_nifti_round_trip(tmp_path, capsys, pair):
+    nib = pytest.importorskip("nibabel")
+    affine = np.array([[0, 0, 1.5, -10], [0, 2, 0, 5], [2.5, 0, 0, 7], [0, 0, 0, 1]])
+    fixed, moving = tmp_path / "fixed.nii", tmp_path / "moving.nii.gz"
+    nib.save(nib.Nifti1Image(pair.fixed, affine), fixed)
+    # int16 with a scale factor: read through it, into the same intensities
+    nib.save(nib.Nifti1Image((pair.moving * 1000).astype(np.int16), affine), moving)
+    labels = [tmp_path / "fixed_labels.nii.gz", tmp_path / "moving_labels.nii.gz"]
+    for path, data in zip(labels, (pair.fixed_labels, pair.moving_labels)):
+        nib.save(nib.Nifti1Image(data.astype(np.float32), affine), path)  # float, as often
+    out = tmp_path / "out"
+    assert main(_register_args(fixed, moving, out, "--labels", *labels)) == 0
+    stdout = capsys.readouterr().out
+    dice_before, dice_after = _change(stdout, "dice")
+    assert dice_after > dice_before
+    ncc_before, ncc_after = _change(stdout, "similarity (ncc)")
+    assert ncc_after > ncc_before
+    assert stdout.strip().splitlines()[-1].startswith("similarity (ncc): ")
+    warped = nib.load(out / "warped.nii.gz")
+    assert warped.shape == pair.fixed.shape
+    assert_close("affine", warped.affine, affine, 0, 1e-6)
+    displacement = nib.load(out / "displacement.nii.gz")
+    assert displacement.shape == pair.fixed.shape + (3,)
+    assert_close("affine", displacement.affine, affine, 0, 1e-6)
+    # warped keeps the moving volume's intensity units
+    assert 500 < warped.get_fdata().max() <= 1000
+    warped_labels = nib.load(out / "warped_labels.nii.gz")
+    assert warped_labels.get_data_dtype() == np.int32
+    assert set(np.unique(warped_labels.dataobj)) <= set(np.unique(pair.moving_labels))
+
+
+def test_register_without_matplotlib_warns_and_writes_the_volumes(tmp_path, capsys,
+                                                                    monkeypatch, pair):
+    # A None entry makes the import fail, even of a submodule imported before.
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)
+    np.save(tmp_path / "f.npy", pair.fixed)
+    np.save(tmp_path / "m.npy", pair.moving)
+    out = tmp_path / "out"
+    assert main(["register", str(tmp_path / "f.npy"), str(tmp_path / "m.npy"), "--out", str(out),
+                 "--levels", "1", "--iterations", "2", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "warning: matplotlib is not installed" in captured.err
+    assert (out / "warped.npy").exists() and not (out / "report.png").exists()
+    assert captured.out.strip().splitlines()[-1].startswith("similarity (ncc): ")
+
+
+def _write(path, array):
+    np.save(path, array)
+    return str(path)
+
+
+@pytest.mark.parametrize("case,match", [
+    ("missing", "FIXED: no such file"),
+    ("extension", "FIXED: expected a .nii, .nii.gz or .npy file, got"),
+    ("corrupt", "FIXED: cannot read"),
+    ("2-D", "FIXED: expected a 3-D volume, got shape (6, 6)"),
+    ("complex", "FIXED: expected real numbers, got dtype complex128"),
+    ("nan", "MOVING: expected finite values, got NaN or inf"),
+    ("shapes", "moving.npy: expected the shape of fixed.npy, (6, 6, 6), got (6, 6, 5)"),
+    ("labels", "moving_labels.npy: expected the shape of fixed.npy, (6, 6, 6), got (5, 6, 6)"),
+    ("fraction labels", "fixed_labels.npy: expected integer labels, got fractions"),
+    ("empty labels", "fixed_labels.npy: expected some label > 0, got none"),
+    ("constant", "FIXED: expected a volume with some contrast, got the constant 3.0"),
+    ("iterations", "iterations: expected an int >= 0 or 2 of them (one per level), got [5, 5, 5]"),
+    ("no nibabel", "reading and writing NIfTI files needs nibabel: pip install nibabel"),
+])
+def test_register_errors_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch, case, match):
+    volume = _smooth_volume((6, 6, 6), 9, np.float32)
+    fixed = _write(tmp_path / "fixed.npy", volume)
+    moving = _write(tmp_path / "moving.npy", volume)
+    extra = []
+    if case == "missing":
+        fixed = str(tmp_path / "absent.npy")
+    elif case == "extension":
+        fixed = str(tmp_path / "fixed.txt")
+    elif case == "corrupt":
+        (tmp_path / "fixed.npy").write_bytes(b"not an array")
+    elif case == "2-D":
+        fixed = _write(tmp_path / "fixed.npy", volume[0])
+    elif case == "complex":
+        fixed = _write(tmp_path / "fixed.npy", volume.astype(complex))
+    elif case == "nan":
+        volume[1, 2, 3] = np.nan
+        moving = _write(tmp_path / "moving.npy", volume)
+    elif case == "shapes":
+        moving = _write(tmp_path / "moving.npy", volume[..., :5])
+    elif case in ("labels", "fraction labels", "empty labels"):
+        labels = np.zeros((6, 6, 6))
+        labels[2:4] = {"labels": 1, "fraction labels": 1.5, "empty labels": 0}[case]
+        extra = ["--labels", _write(tmp_path / "fixed_labels.npy", labels),
+                 _write(tmp_path / "moving_labels.npy",
+                        labels[:5] if case == "labels" else labels)]
+    elif case == "constant":
+        fixed = _write(tmp_path / "fixed.npy", np.full((6, 6, 6), 3.0))
+    elif case == "iterations":
+        extra = ["--levels", "2", "--iterations", "5", "5", "5"]
+    elif case == "no nibabel":
+        monkeypatch.setitem(sys.modules, "nibabel", None)
+        fixed = str(tmp_path / "fixed.nii.gz")
+        (tmp_path / "fixed.nii.gz").write_bytes(b"")
+    out = tmp_path / "out"
+    assert main(["register", fixed, moving, "--out", str(out), "--no-progress", *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("volsample register: error: ")
+    assert match in lines[0]
+    assert not out.exists()
+
+
+def test_progress_bar_counts_to_the_end(capsys):
+    bar = _Progress(total=3, levels=2, enabled=True)
+    for level, iteration in ((0, 0), (0, 1), (1, 0)):
+        bar.update(level, iteration, -0.5, 0.5)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "3/3 level 2/2 similarity 0.5" in err and err.endswith("\n")
