@@ -101,28 +101,27 @@ def _backward_point(gout, go, go_c, inp, i_n, i_st, gin, gi_n, gi_st, C, corners
                     x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, D, H, W, plane0, lo, hi,
                     scatter, gather):
     """Scatter one point's grad_output into the corners on planes [lo, hi) (if ``scatter``)
-    and return d(loss)/d(ix, iy, iz) (if ``gather``). ``corners`` is a constant 1 or 8."""
+    and return d(loss)/d(ix, iy, iz) (if ``gather``). ``corners`` is a constant 1 or 8.
+    Channels run outermost, as in PyTorch's sums; the corner maths does not depend on the
+    channel, so the compiler hoists it out of the channel loop."""
     sx = sy = sz = typed(0, wx0)
-    for k in range(corners):
-        inside, x, y, z, weight, dwx, dwy, dwz = _corner(k, x0, y0, z0, wx0, wx1, wy0, wy1,
-                                                         wz0, wz1, D, H, W)
-        if not (interior or inside):
-            continue
-        if gather:
-            offset = z * i_st[2] + y * i_st[3] + x * i_st[4]
-            dot = typed(0, wx0)  # sum over channels of value * grad_output
-            for c in range(C):
-                dot += inp[i_n + c * i_st[1] + offset] * gout[go + c * go_c]
-            sx += dwx * dot
-            sy += dwy * dot
-            sz += dwz * dot
-        plane = plane0 + z
-        if scatter and plane >= lo and plane < hi:
-            offset = z * gi_st[2] + y * gi_st[3] + x * gi_st[4]
-            for c in range(C):
-                gin[gi_n + c * gi_st[1] + offset] += gout[go + c * go_c] * weight
+    for c in range(C):
+        g = gout[go + c * go_c]
+        i_c = i_n + c * i_st[1]
+        gi_c = gi_n + c * gi_st[1]
+        for k in range(corners):
+            inside, x, y, z, weight, dwx, dwy, dwz = _corner(k, x0, y0, z0, wx0, wx1, wy0, wy1,
+                                                             wz0, wz1, D, H, W)
+            if not (interior or inside):
+                continue
+            if gather:
+                v = inp[i_c + z * i_st[2] + y * i_st[3] + x * i_st[4]] * g
+                sx += dwx * v
+                sy += dwy * v
+                sz += dwz * v
+            if scatter and plane0 + z >= lo and plane0 + z < hi:
+                gin[gi_c + z * gi_st[2] + y * gi_st[3] + x * gi_st[4]] += g * weight
     return sx, sy, sz
-
 
 
 @functools.cache
