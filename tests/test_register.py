@@ -16,7 +16,7 @@ from helpers import assert_close
 
 from volsample import registration
 from volsample.cli import main
-from volsample.register import _Progress
+from volsample._progress import ProgressBar
 
 # "<name>: <before> -> <after>", as the commands print their results
 _CHANGE = r"^{}: (\S+) -> (\S+)$"
@@ -328,9 +328,9 @@ def test_register_errors_are_one_line_and_exit_2(tmp_path, capsys, monkeypatch, 
 
 
 def test_progress_bar_counts_to_the_end(capsys):
-    bar = _Progress(total=3, levels=2, enabled=True)
-    for level, iteration in ((0, 0), (0, 1), (1, 0)):
-        bar.update(level, iteration, -0.5, 0.5)
+    bar = ProgressBar(total=3, enabled=True)
+    for label in ("level 1/2", "level 1/2", "level 2/2 similarity 0.5"):
+        bar.step(label)
     bar.close()
     err = capsys.readouterr().err
     assert "3/3 level 2/2 similarity 0.5" in err and err.endswith("\n")

@@ -26,6 +26,7 @@ import numpy as np
 import volsample
 
 from . import _dtypes
+from ._progress import ProgressBar
 
 PEERS = ("pytorch", "scipy", "jax")
 
@@ -271,25 +272,6 @@ def copy_bandwidth(nbytes=1 << 27):
     return 2 * nbytes / median
 
 
-class _Progress:
-    """A one-line progress bar on stderr."""
-
-    def __init__(self, total, enabled):
-        self.total, self.done, self.enabled = total, 0, enabled and total > 0
-
-    def step(self, label):
-        self.done += 1
-        if self.enabled:
-            filled = int(30 * self.done / self.total)
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} "
-                             f"{label[:50]:<50}")
-            sys.stderr.flush()
-
-    def close(self):
-        if self.enabled:
-            sys.stderr.write("\n")
-
-
 def run(workloads, threads=None, peers=PEERS, progress=True):
     """Time every workload's implementations; return the list of ``Result``."""
     threads = threads or volsample.get_num_threads()
@@ -300,7 +282,7 @@ def run(workloads, threads=None, peers=PEERS, progress=True):
         torch.set_num_threads(threads)
     bandwidth = copy_bandwidth()
     results = []
-    bar = _Progress(len(workloads), progress)
+    bar = ProgressBar(len(workloads), progress)
     for workload in workloads:
         impls = workload.build()
         ours = None

@@ -12,12 +12,12 @@ import argparse
 import dataclasses
 import os
 import sys
-import time
 
 import numpy as np
 
 from . import registration
 from ._checks import VolsampleError
+from ._progress import ProgressBar
 
 _NIFTI_SUFFIXES = (".nii.gz", ".nii")
 _DEMO_OUT = "volsample-demo"
@@ -153,10 +153,13 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress) -> _Run:
     """Register, write the outputs in FIXED's format, the report, and measure."""
     fixed_n, moving_n = (registration.normalise_intensity(v.data, name)
                          for v, name in ((fixed, "FIXED"), (moving, "MOVING")))
-    bar = _Progress(sum(settings["iterations"]), settings["levels"],
-                    enabled=progress and sys.stderr.isatty())
+    bar = ProgressBar(sum(settings["iterations"]), enabled=progress and sys.stderr.isatty())
     try:
-        result = registration.register(fixed_n, moving_n, loss, callback=bar.update, **settings)
+        levels = settings["levels"]
+        result = registration.register(
+            fixed_n, moving_n, loss, **settings,
+            callback=lambda level, it, value, sim: bar.step(
+                f"level {level + 1}/{levels} similarity {sim:.4g}"))
     finally:
         bar.close()
     similarity = (registration.similarity(loss, fixed_n, moving_n),
@@ -278,28 +281,6 @@ def _write_all(out_dir, volumes):
 # ---------------------------------------------------------------------------------------
 # Progress and report
 # ---------------------------------------------------------------------------------------
-
-
-class _Progress:
-    """A one-line progress bar on stderr, redrawn at most ten times a second."""
-
-    def __init__(self, total, levels, enabled):
-        self.total, self.levels, self.enabled = total, levels, enabled and total > 0
-        self.done, self.last = 0, 0.0
-
-    def update(self, level, iteration, value, similarity):
-        self.done += 1
-        now = time.monotonic()
-        if self.enabled and (now - self.last > 0.1 or self.done == self.total):
-            self.last = now
-            filled = 30 * self.done // self.total
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} "
-                             f"level {level + 1}/{self.levels} similarity {similarity:.4g}  ")
-            sys.stderr.flush()
-
-    def close(self):
-        if self.enabled and self.done:
-            sys.stderr.write("\n")
 
 
 def _checkerboard(a, b, tile):
