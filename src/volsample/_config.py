@@ -62,10 +62,21 @@ def _layer_is_threadsafe() -> bool:
         return False
 
 
+# Below this many elementary items per thread (a sample point in one channel, say),
+# waking another thread costs more than it saves.
+MIN_WORK_PER_THREAD = 1 << 15
+
+
+def threads_for(work: int) -> int:
+    """How many threads a launch of ``work`` items uses: all of them, unless it is small."""
+    return max(1, min(_num_threads, work // MIN_WORK_PER_THREAD))
+
+
 @contextlib.contextmanager
-def parallel_launch():
-    """Context for one parallel kernel launch: applies the thread count, and locks if needed."""
-    numba.set_num_threads(_num_threads)
+def parallel_launch(threads: int | None = None):
+    """Context for one parallel kernel launch: applies the thread count (``threads``, or
+    the configured count), and serialises launches where the threading layer needs it."""
+    numba.set_num_threads(threads or _num_threads)
     if _layer_is_threadsafe():
         yield
     else:

@@ -86,7 +86,7 @@ def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_cor
         grid_b, grid_o, grid_s = flat(_dtypes.as_compute(grid, compute))
         out_b, out_o, out_s = flat(out)
         forward = _kernels(mode_code, padding_code, align_corners).forward
-        with _config.parallel_launch():
+        with _config.parallel_launch(_config.threads_for(out.size)):
             forward(inp_b, inp_o, inp_s, grid_b, grid_o, grid_s, out_b, out_o, out_s,
                     in_shape, out_shape)
     return _layout.physical(out, layout).astype(input.dtype, copy=False)
@@ -153,11 +153,11 @@ def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, pad
     grid_b, grid_o, grid_s = flat(_dtypes.as_compute(grid, compute))
     gi_b, gi_o, gi_s = flat(grad_input if want_input else np.zeros((1,) * 5, compute))
     grad_grid_rows = grad_grid.reshape(points, 3) if want_grid else np.empty((1, 3), compute)
-    threads = _config.get_num_threads()
+    threads = _config.threads_for(points * C)
     keys = np.empty(points, np.int64)
     counts = np.zeros((_n_chunks(points, threads), N * D), np.int64)
     kernels = _kernels(mode_code, padding_code, align_corners)
-    with _config.parallel_launch():
+    with _config.parallel_launch(threads):
         kernels.plane_keys(grid_b, grid_o, grid_s, keys, counts, in_shape, out_shape)
         slabs = _slab_bounds(counts.sum(axis=0), threads)
         kernels.backward(go_b, go_o, go_s, in_b, in_o, in_s, grid_b, grid_o, grid_s,
