@@ -449,7 +449,7 @@ def test_cuda_upsample_calls_the_triton_launchers(monkeypatch, deterministic):
     assert f_name == "forward" and f_args[0] is x
     assert f_args[1:] == ((6, 8, 10), True, (2.0, 2.0, 2.0))
     assert b_name == "backward" and b_args[0] is go
-    assert b_args[1:] == ((1, 2, 3, 4, 5), False, None, deterministic)
+    assert b_args[1:] == ((1, 2, 3, 4, 5), False, (None, None, None), deterministic)
 
 
 @pytest.mark.parametrize("family,call", [

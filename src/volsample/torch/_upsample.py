@@ -57,7 +57,7 @@ def _check_backward(grad_output, input_size, align_corners, scales):
         raise _checks.InvalidArgumentError(
             f"grad_output: expected N, C = {input_size[:2]} (those of input_size), got shape "
             f"{tuple(grad_output.shape)}")
-    return input_size, _checks.optional_scales("scales", scales, 3) if scales is not None else None
+    return input_size, _checks.optional_scales("scales", scales, 3)
 
 
 @torch.library.custom_op("volsample::upsample_trilinear3d", mutates_args=(), device_types="cpu",
