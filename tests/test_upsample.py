@@ -319,7 +319,8 @@ def test_any_strides(layout):
 
 
 @pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
-def test_thread_count_does_not_change_bits(layout):
+def test_thread_count_does_not_change_bits(layout, monkeypatch):
+    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)  # small inputs use all threads
     rng = np.random.default_rng(10)
     # N = C = 1: the work is split along D alone.
     cases = [((1, 1, 9, 12, 10), (19, 23, 21)), ((2, 3, 12, 7, 9), (5, 14, 20))]

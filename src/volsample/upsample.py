@@ -24,6 +24,11 @@ def _identity(src_shape, dst_shape):
     return tuple(src_shape[2:]) == tuple(dst_shape[2:])
 
 
+def _work(src_shape, dst_shape):
+    """Elementary items of a call, for ``_config.threads_for``: voxels of the larger volume."""
+    return max(math.prod(src_shape), math.prod(dst_shape))
+
+
 def _chunk(dst_shape, layout, threads):
     """dst planes per work item, and the number of items: the largest chunks that still
     give every thread a few items."""
@@ -68,8 +73,9 @@ def _resample(src, dst_shape, align_corners, scales, layout, transposed):
     args, _ = _kernels.tables(*shapes, align_corners, scales, compute.type(0), transposed)
     src = _dtypes.as_compute(src, compute)
     dst = _layout.empty(dst_shape, compute, layout)
-    chunk, _ = _chunk(dst_shape, layout, _config.get_num_threads())
-    with _config.parallel_launch():
+    threads = _config.threads_for(_work(src.shape, dst_shape))
+    chunk, _ = _chunk(dst_shape, layout, threads)
+    with _config.parallel_launch(threads):
         _kernels.launch(src, dst, layout == "NDHWC", args, chunk, transposed)
     return dst
 
@@ -83,6 +89,7 @@ def _workspace_nbytes(input_shape, output_shape, dtype, align_corners, scales, l
     src_shape, dst_shape = (output_shape, input_shape) if backward else (input_shape, output_shape)
     if 0 in dst_shape or _identity(src_shape, dst_shape):
         return 0
+    threads = threads or _config.threads_for(_work(src_shape, dst_shape))
     _, total = _kernels.tables(input_shape, output_shape, align_corners, scales,
                                compute.type(0), backward)
     if dtype != compute:  # the converted source, and the result before its rounding
@@ -107,7 +114,8 @@ def forward_workspace_nbytes(input_shape, output_size, dtype, align_corners=Fals
     """Bytes of scratch memory ``upsample_trilinear_3d`` allocates beyond its result.
 
     ``input_shape`` is logical (N, C, Di, Hi, Wi) and ``output_size`` (Do, Ho, Wo); the
-    other arguments are the call's (``threads`` defaults to the current thread count).
+    other arguments are the call's (``threads``: the threads it runs on, by default as
+    many as the call would take now).
     It counts the float32 copies of a 16-bit input and result, the per-axis tables, and
     each running thread's scratch planes.
     """
@@ -116,8 +124,7 @@ def forward_workspace_nbytes(input_shape, output_size, dtype, align_corners=Fals
     scales = (None,) * 3 if scale_factor is None else _checks.scale_factors(
         "scale_factor", scale_factor, 3)
     return _workspace_nbytes(input_shape, output_shape, dtype, align_corners, scales,
-                             _checks.layout_name(layout), threads or _config.get_num_threads(),
-                             backward=False)
+                             _checks.layout_name(layout), threads, backward=False)
 
 
 def backward_workspace_nbytes(grad_output_shape, input_size, dtype, align_corners=False,
@@ -125,15 +132,14 @@ def backward_workspace_nbytes(grad_output_shape, input_size, dtype, align_corner
     """Bytes of scratch memory ``upsample_trilinear_3d_backward`` allocates beyond its result.
 
     ``grad_output_shape`` is logical (N, C, Do, Ho, Wo) and ``input_size`` (N, C, Di, Hi,
-    Wi); the other arguments are the call's (``threads`` defaults to the current thread
-    count). It counts the float32 copies of a 16-bit gradient and result, the per-axis
+    Wi); the other arguments are the call's (``threads``: the threads it runs on, by
+    default as many as the call would take now). It counts the float32 copies of a 16-bit gradient and result, the per-axis
     tables, and each running thread's scratch planes.
     """
     return _workspace_nbytes(tuple(int(v) for v in input_size),
                              tuple(int(v) for v in grad_output_shape), dtype, align_corners,
                              _checks.optional_scales("scales", scales, 3),
-                             _checks.layout_name(layout), threads or _config.get_num_threads(),
-                             backward=True)
+                             _checks.layout_name(layout), threads, backward=True)
 
 
 def upsample_trilinear_3d(input, size=None, scale_factor=None, align_corners=False,
