@@ -151,12 +151,17 @@ def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, pad
     go_b, go_o, go_s = flat(_dtypes.as_compute(gout, compute))
     in_b, in_o, in_s = flat(_dtypes.as_compute(volume, compute))
     grid_b, grid_o, grid_s = flat(_dtypes.as_compute(grid, compute))
-    gi_b, gi_o, gi_s = flat(grad_input if want_input else np.zeros((1,) * 5, compute))
     grad_grid_rows = grad_grid.reshape(points, 3) if want_grid else np.empty((1, 3), compute)
     threads = _config.threads_for(points * C)
+    kernels = _kernels(mode_code, padding_code, align_corners)
+    if not want_input:  # no scatter: a plain pass over the points
+        with _config.parallel_launch(threads):
+            kernels.grid_gradient(go_b, go_o, go_s, in_b, in_o, in_s, grid_b, grid_o, grid_s,
+                                  grad_grid_rows, in_shape, out_shape)
+        return
+    gi_b, gi_o, gi_s = flat(grad_input)
     keys = np.empty(points, np.int64)
     counts = np.zeros((_n_chunks(points, threads), N * D), np.int64)
-    kernels = _kernels(mode_code, padding_code, align_corners)
     with _config.parallel_launch(threads):
         kernels.plane_keys(grid_b, grid_o, grid_s, keys, counts, in_shape, out_shape)
         slabs = _slab_bounds(counts.sum(axis=0), threads)
@@ -201,6 +206,8 @@ def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
         total += (C * points + volume + (volume if want_input else 0)) * compute.itemsize
     if grid_dtype != compute:  # converted grid and grid-gradient accumulator
         total += (points * 3 * (2 if want_grid else 1)) * compute.itemsize
+    if not want_input:
+        return int(total)
     threads = threads or _config.get_num_threads()
     total += points * 8  # plane keys
     total += (_n_chunks(points, threads) + 1) * N * D * 8  # plane histograms

@@ -227,4 +227,34 @@ def kernels(mode, padding_mode, align_corners):
                                 grad_grid[p - 1, 1] = my * sy
                                 grad_grid[p - 1, 2] = mz * sz
 
-    return types.SimpleNamespace(forward=forward, plane_keys=plane_keys, backward=backward)
+    @njit(parallel=True, cache=True)
+    def grid_gradient(gout, go_off, go_st, inp, i_off, i_st, grid, g_off, g_st, grad_grid,
+                      in_shape, out_shape):
+        """The grid gradient alone: nothing is scattered, so it runs like the forward,
+        parallel over output rows."""
+        N, C, D, H, W = in_shape[0], in_shape[1], in_shape[2], in_shape[3], in_shape[4]
+        Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
+        for r in prange(N * Do * Ho):  # each row writes only its own points' gradients
+            row = np.int64(r)
+            n, dh = divmod(row, Do * Ho)
+            d, h = divmod(dh, Ho)
+            g_row = g_off + n * g_st[0] + d * g_st[1] + h * g_st[2]
+            go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
+            i_n = i_off + n * i_st[0]
+            for w in range(Wo):
+                (touches, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, mx, my, mz) = _point(
+                    grid, g_row + w * g_st[3], g_st[4], D, H, W, nearest, padding_mode,
+                    align_corners)
+                sx = sy = sz = typed(0, wx0)
+                if touches and not nearest:
+                    sx, sy, sz = _backward_point(
+                        gout, go_row + w * go_st[4], go_st[1], inp, i_n, i_st, inp, 0, i_st, C,
+                        corners, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, D, H, W,
+                        0, 0, 0, False, True)
+                p = row * Wo + w
+                grad_grid[p, 0] = mx * sx
+                grad_grid[p, 1] = my * sy
+                grad_grid[p, 2] = mz * sz
+
+    return types.SimpleNamespace(forward=forward, plane_keys=plane_keys, backward=backward,
+                                 grid_gradient=grid_gradient)
