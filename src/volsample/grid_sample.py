@@ -83,12 +83,13 @@ def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_cor
     if out.size:
         in_shape, out_shape = _shapes(volume, grid)
         inp_b, inp_o, inp_s = flat(_dtypes.as_compute(volume, compute))
-        grid_b, grid_o, grid_s = flat(_dtypes.as_compute(grid, compute))
+        grid_b = _contiguous_grid(grid, compute)
         out_b, out_o, out_s = flat(out)
         forward = _kernels(mode_code, padding_code, align_corners).forward
-        with _config.parallel_launch(_config.threads_for(out.size)):
-            forward(inp_b, inp_o, inp_s, grid_b, grid_o, grid_s, out_b, out_o, out_s,
-                    in_shape, out_shape)
+        threads = _config.threads_for(out.size)
+        with _config.parallel_launch(threads):
+            forward(inp_b, inp_o, inp_s, grid_b, out_b, out_o, out_s,
+                    in_shape, out_shape, _n_chunks(N * out_shape[0] * out_shape[1], threads))
     return _layout.physical(out, layout).astype(input.dtype, copy=False)
 
 
@@ -150,28 +151,37 @@ def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, pad
     in_shape, out_shape = _shapes(volume, grid)
     go_b, go_o, go_s = flat(_dtypes.as_compute(gout, compute))
     in_b, in_o, in_s = flat(_dtypes.as_compute(volume, compute))
-    grid_b, grid_o, grid_s = flat(_dtypes.as_compute(grid, compute))
+    grid_b = _contiguous_grid(grid, compute)
     grad_grid_rows = grad_grid.reshape(points, 3) if want_grid else np.empty((1, 3), compute)
     threads = _config.threads_for(points * C)
     kernels = _kernels(mode_code, padding_code, align_corners)
+    rows = N * out_shape[0] * out_shape[1]
     if not want_input:  # no scatter: a plain pass over the points
         with _config.parallel_launch(threads):
-            kernels.grid_gradient(go_b, go_o, go_s, in_b, in_o, in_s, grid_b, grid_o, grid_s,
-                                  grad_grid_rows, in_shape, out_shape)
+            kernels.grid_gradient(go_b, go_o, go_s, in_b, in_o, in_s, grid_b,
+                                  grad_grid_rows, in_shape, out_shape, _n_chunks(rows, threads))
         return
     gi_b, gi_o, gi_s = flat(grad_input)
-    keys = np.empty(points, np.int64)
-    counts = np.zeros((_n_chunks(points, threads), N * D), np.int64)
+    row_first, row_last = np.empty(rows, np.int64), np.empty(rows, np.int64)
+    counts = np.zeros((_n_chunks(rows, threads), N * D), np.int64)
     with _config.parallel_launch(threads):
-        kernels.plane_keys(grid_b, grid_o, grid_s, keys, counts, in_shape, out_shape)
+        kernels.row_planes(grid_b, row_first, row_last, counts, in_shape,
+                           out_shape)
         slabs = _slab_bounds(counts.sum(axis=0), threads)
-        kernels.backward(go_b, go_o, go_s, in_b, in_o, in_s, grid_b, grid_o, grid_s,
-                         gi_b, gi_o, gi_s, grad_grid_rows, keys, slabs, in_shape, out_shape,
-                         want_input, want_grid)
+        kernels.backward(go_b, go_o, go_s, in_b, in_o, in_s, grid_b,
+                         gi_b, gi_o, gi_s, grad_grid_rows, row_first, row_last, slabs,
+                         in_shape, out_shape, want_grid)
 
 
-def _n_chunks(points, threads):
-    return max(1, min(4 * threads, points // 4096))
+def _contiguous_grid(grid, compute):
+    """The grid as a flat contiguous buffer in the compute dtype (a copy only when it is
+    strided or of another dtype): the kernels then know its strides at compile time."""
+    return np.ascontiguousarray(grid, dtype=compute).reshape(-1)
+
+
+def _n_chunks(rows, threads):
+    """Work items for a pass over ``rows`` output rows: a few per thread."""
+    return max(1, min(rows, 4 * threads))
 
 
 def _slab_bounds(points_per_plane, n_slabs):
@@ -189,8 +199,9 @@ def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
     """Bytes of scratch memory ``grid_sample_3d_backward`` allocates beyond its results.
 
     ``input_shape`` is logical (N, C, D, H, W); ``grid_shape`` is (N, Do, Ho, Wo, 3). It
-    counts the compute-precision copies of 16-bit operands and accumulators, the per-point
-    plane keys and the plane histograms that split the work into slabs.
+    counts the compute-precision copies of 16-bit operands and accumulators, each output
+    row's range of input planes and the plane histograms that split the work into slabs
+    (the kernels' per-work-item row tables, a few KiB, are not counted).
     """
     dtype = np.dtype(dtype)
     grid_dtype = np.dtype(grid_dtype if grid_dtype is not None else dtype)
@@ -209,7 +220,8 @@ def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
     if not want_input:
         return int(total)
     threads = threads or _config.get_num_threads()
-    total += points * 8  # plane keys
-    total += (_n_chunks(points, threads) + 1) * N * D * 8  # plane histograms
+    rows = int(np.prod(grid_shape[:3]))
+    total += rows * 2 * 8  # each row's plane range
+    total += (_n_chunks(rows, threads) + 1) * N * D * 8  # plane histograms
     total += (threads + 1) * 8  # slab bounds
     return int(total)

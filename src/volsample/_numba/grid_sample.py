@@ -1,19 +1,23 @@
 """Numba CPU kernels for 3-D grid sampling, forward and backward.
 
 Volumes arrive as flat buffers with an element offset and strides in logical
-(N, C, D, H, W) order (see ``_memory.flat``); grids likewise in (N, D, H, W, 3) order.
-Two helpers describe a sample point: ``_taps`` gives, per axis, the lowest tap and the two
-interpolation weights, and ``_corner`` gives corner k's offset, weight and the weight's
-derivatives. Corners come in PyTorch's order tnw, tne, tsw, tse, bnw, bne, bsw, bse
-(x fastest); nearest sampling is the one-corner case of the same loops.
+(N, C, D, H, W) order (see ``_memory.flat``); grids as contiguous flat (N, D, H, W, 3).
 
-Determinism. The forward writes each output point from one iteration. The backward's input
-gradient is a scatter: it is made race-free by giving each parallel iteration a slab of
-input planes (n, z) that only it writes. Every iteration walks all points in increasing
-order and adds the corners that fall in its slab, so each input element receives its terms
-in increasing point order whatever the slabs are: the result is bitwise the same for every
-thread count. The grid gradient of a point is computed once, by the slab holding the
-point's first plane.
+Every kernel works a row of output points (fixed n, d, h) at a time, in two short loops:
+``_prepare_row`` turns the row's grid points into voxel coordinates, lowest corners, the
+six per-axis weights and a kind (outside / interior / partly outside), and then a second
+loop reads or writes the volume. Split this way each loop stays small enough for the
+compiler to keep in registers; fused, the same work ran 4x slower. Corners come in
+PyTorch's order tnw, tne, tsw, tse, bnw, bne, bsw, bse (x fastest), and weights are
+formed as PyTorch forms them, so the float32 and float64 forward match PyTorch bit for bit.
+
+Determinism. The forward and the grid gradient write each output point from one iteration.
+The input gradient is a scatter, made race-free by giving each parallel iteration a slab of
+input planes (n, z) that only it writes. Every iteration walks the points in increasing
+order (skipping rows that cannot reach its slab) and adds the corners that fall in its
+slab, so each input element receives its terms in increasing point order whatever the slabs
+are: the result is bitwise the same for every thread count. The grid gradient of a point is
+computed once, by the slab holding the point's first plane.
 """
 from __future__ import annotations
 
@@ -24,6 +28,15 @@ import numpy as np
 from numba import njit, prange
 
 from .._coords import NEAREST, source_index, typed
+
+OUTSIDE, INTERIOR, PARTIAL = 0, 1, 2  # how a point's corners meet the volume
+
+
+@njit(cache=True, inline="always")
+def _u(index):
+    """An index known to be in bounds, as unsigned: Numba then skips the wraparound
+    handling of negative indices, which costs a third of the inner loops' time."""
+    return np.uint64(index)
 
 
 @njit(cache=True, inline="always")
@@ -42,219 +55,271 @@ def _taps(i, size, nearest):
 
 
 @njit(cache=True, inline="always")
-def _corner(k, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, D, H, W):
-    """Corner k of a point: (in bounds, x, y, z, weight, and the weight's derivatives with
-    respect to ix, iy and iz)."""
-    dx, dy, dz = k & 1, (k >> 1) & 1, k >> 2
-    x, y, z = x0 + dx, y0 + dy, z0 + dz
-    inside = (x >= 0) & (x < W) & (y >= 0) & (y < H) & (z >= 0) & (z < D)
-    wx = wx1 if dx else wx0
-    wy = wy1 if dy else wy0
-    wz = wz1 if dz else wz0
-    dwx = wy * wz if dx else -(wy * wz)
-    dwy = wx * wz if dy else -(wx * wz)
-    dwz = wx * wy if dz else -(wx * wy)
-    return inside, x, y, z, wx * wy * wz, dwx, dwy, dwz
+def _scratch(Wo, dtype):
+    """Row tables: kind, lowest corner (x0, y0, z0), weights (wx0, wx1, wy0, wy1, wz0,
+    wz1) and d(voxel)/d(grid) per axis."""
+    return (np.empty(Wo, np.int8), np.empty((3, Wo), np.int64), np.empty((6, Wo), dtype),
+            np.empty((3, Wo), dtype))
 
 
 @njit(cache=True, inline="always")
-def _point(grid, g, gs, D, H, W, nearest, padding_mode, align_corners):
-    """Everything about the grid point at ``grid[g]`` (channel stride ``gs``): whether it
-    touches the volume, its taps, whether all its corners are inside, and the derivatives
-    of (ix, iy, iz) with respect to the grid. Non-finite points touch nothing."""
-    cx, cy, cz = grid[g], grid[g + gs], grid[g + 2 * gs]
-    zero = typed(0, cx)
-    if not (np.isfinite(cx) & np.isfinite(cy) & np.isfinite(cz)):
-        return False, False, 0, 0, 0, zero, zero, zero, zero, zero, zero, zero, zero, zero
-    ix, mx = source_index(cx, W, padding_mode, align_corners)
-    iy, my = source_index(cy, H, padding_mode, align_corners)
-    iz, mz = source_index(cz, D, padding_mode, align_corners)
-    in_x, x0, wx0, wx1 = _taps(ix, W, nearest)
-    in_y, y0, wy0, wy1 = _taps(iy, H, nearest)
-    in_z, z0, wz0, wz1 = _taps(iz, D, nearest)
-    touches = in_x & in_y & in_z
-    interior = touches & (nearest | ((x0 >= 0) & (x0 < W - 1) & (y0 >= 0) & (y0 < H - 1)
-                                     & (z0 >= 0) & (z0 < D - 1)))
-    return touches, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, mx, my, mz
+def _prepare_row(grid, g, Wo, D, H, W, nearest, padding_mode, align_corners,
+                 kind, corner, weight, slope):
+    """Fill the row tables for the Wo grid points at grid[g:g + 3 * Wo] (contiguous x, y, z:
+    with these strides known, the compiler vectorises this loop)."""
+    for w in range(Wo):
+        p = g + 3 * w
+        cx, cy, cz = grid[_u(p)], grid[_u(p + 1)], grid[_u(p + 2)]
+        finite = np.isfinite(cx) & np.isfinite(cy) & np.isfinite(cz)
+        ix, mx = source_index(cx, W, padding_mode, align_corners)
+        iy, my = source_index(cy, H, padding_mode, align_corners)
+        iz, mz = source_index(cz, D, padding_mode, align_corners)
+        in_x, x0, wx0, wx1 = _taps(ix, W, nearest)
+        in_y, y0, wy0, wy1 = _taps(iy, H, nearest)
+        in_z, z0, wz0, wz1 = _taps(iz, D, nearest)
+        touches = finite & in_x & in_y & in_z  # a non-finite point touches nothing
+        interior = nearest | ((x0 >= 0) & (x0 < W - 1) & (y0 >= 0) & (y0 < H - 1)
+                              & (z0 >= 0) & (z0 < D - 1))
+        kind[w] = OUTSIDE if not touches else (INTERIOR if interior else PARTIAL)
+        corner[0, w], corner[1, w], corner[2, w] = x0, y0, z0
+        weight[0, w], weight[1, w], weight[2, w] = wx0, wx1, wy0
+        weight[3, w], weight[4, w], weight[5, w] = wy1, wz0, wz1
+        slope[0, w], slope[1, w], slope[2, w] = mx, my, mz
 
 
 @njit(cache=True, inline="always")
-def _trilinear(inp, base, st, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, D, H, W):
-    """Weighted sum of a point's in-bounds corners in the channel starting at ``inp[base]``."""
-    acc = typed(0, wx0)
-    if interior:  # the common case, in a loop of its own so that it compiles branch-free
-        for k in range(8):
-            _, x, y, z, weight, _, _, _ = _corner(k, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1,
-                                                  D, H, W)
-            acc += inp[base + z * st[2] + y * st[3] + x * st[4]] * weight
-    else:
-        for k in range(8):
-            inside, x, y, z, weight, _, _, _ = _corner(k, x0, y0, z0, wx0, wx1, wy0, wy1, wz0,
-                                                       wz1, D, H, W)
-            if inside:
-                acc += inp[base + z * st[2] + y * st[3] + x * st[4]] * weight
-    return acc
+def _corner_weights(weight, w):
+    """The 8 corner weights of point w, each (wx * wy) * wz as PyTorch forms it."""
+    wx0, wx1, wy0, wy1, wz0, wz1 = (weight[0, w], weight[1, w], weight[2, w], weight[3, w],
+                                    weight[4, w], weight[5, w])
+    a00, a10, a01, a11 = wx0 * wy0, wx1 * wy0, wx0 * wy1, wx1 * wy1
+    return (a00 * wz0, a10 * wz0, a01 * wz0, a11 * wz0,
+            a00 * wz1, a10 * wz1, a01 * wz1, a11 * wz1)
 
 
 @njit(cache=True, inline="always")
-def _backward_point(gout, go, go_c, inp, i_n, i_st, gin, gi_n, gi_st, C, corners, interior,
-                    x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, D, H, W, plane0, lo, hi,
-                    scatter, gather):
-    """Scatter one point's grad_output into the corners on planes [lo, hi) (if ``scatter``)
-    and return d(loss)/d(ix, iy, iz) (if ``gather``). ``corners`` is a constant 1 or 8.
-    Channels run outermost, as in PyTorch's sums; the corner maths does not depend on the
-    channel, so the compiler hoists it out of the channel loop."""
-    sx = sy = sz = typed(0, wx0)
+def _corner_slopes(weight, w):
+    """Derivatives of the 8 corner weights of point w with respect to ix, iy and iz, as
+    one flat 24-tuple (x slopes, then y, then z)."""
+    wx0, wx1, wy0, wy1, wz0, wz1 = (weight[0, w], weight[1, w], weight[2, w], weight[3, w],
+                                    weight[4, w], weight[5, w])
+    yz00, yz10, yz01, yz11 = wy0 * wz0, wy1 * wz0, wy0 * wz1, wy1 * wz1
+    xz00, xz10, xz01, xz11 = wx0 * wz0, wx1 * wz0, wx0 * wz1, wx1 * wz1
+    xy00, xy10, xy01, xy11 = wx0 * wy0, wx1 * wy0, wx0 * wy1, wx1 * wy1
+    return (-yz00, yz00, -yz10, yz10, -yz01, yz01, -yz11, yz11,
+            -xz00, -xz10, xz00, xz10, -xz01, -xz11, xz01, xz11,
+            -xy00, -xy10, -xy01, -xy11, xy00, xy10, xy01, xy11)
+
+
+@njit(cache=True, inline="always")
+def _corner_offsets(sz, sy, sx):
+    """Element offsets of the 8 corners from the lowest one."""
+    return (0, sx, sy, sy + sx, sz, sz + sx, sz + sy, sz + sy + sx)
+
+
+@njit(cache=True, inline="always")
+def _inside(k, x0, y0, z0, D, H, W):
+    """Whether corner k of the cell at (x0, y0, z0) lies in the volume."""
+    x, y, z = x0 + (k & 1), y0 + ((k >> 1) & 1), z0 + (k >> 2)
+    return (x >= 0) & (x < W) & (y >= 0) & (y < H) & (z >= 0) & (z < D)
+
+
+@njit(cache=True, inline="always")
+def _backward_corner(k, g, inp, i_at, i_offsets, gin, gi_at, gi_offsets, slopes, value,
+                     plane, lo, hi, scatter, gather, sx, sy, sz):
+    """Corner k's share of one channel's backward: its gradient-of-weight terms added to
+    (sx, sy, sz) if ``gather``, and g * weight added to grad_input if ``scatter`` and the
+    corner lies on planes [lo, hi)."""
+    if gather:
+        v = inp[_u(i_at + i_offsets[k])] * g
+        sx += slopes[k] * v
+        sy += slopes[8 + k] * v
+        sz += slopes[16 + k] * v
+    if scatter and plane + (k >> 2) >= lo and plane + (k >> 2) < hi:
+        gin[_u(gi_at + gi_offsets[k])] += g * value
+    return sx, sy, sz
+
+
+@njit(cache=True, inline="always")
+def _backward_point(gout, go, go_c, inp, i_base, i_c, i_offsets, gin, gi_base, gi_c,
+                    gi_offsets, C, corners, interior, x0, y0, z0, D, H, W, weight, w,
+                    plane, lo, hi, scatter, gather):
+    """One point's share of the backward: scatter grad_output into its corners on planes
+    [lo, hi) (if ``scatter``; ``plane`` is the plane index of z0) and return
+    d(loss)/d(ix, iy, iz) (if ``gather``). ``corners`` is a constant, 1 (nearest: weight 1)
+    or 8. Channels run outermost, as PyTorch sums."""
+    values = _corner_weights(weight, w)
+    slopes = _corner_slopes(weight, w)
+    sx = sy = sz = typed(0, values[0])
     for c in range(C):
-        g = gout[go + c * go_c]
-        i_c = i_n + c * i_st[1]
-        gi_c = gi_n + c * gi_st[1]
-        for k in range(corners):
-            inside, x, y, z, weight, dwx, dwy, dwz = _corner(k, x0, y0, z0, wx0, wx1, wy0, wy1,
-                                                             wz0, wz1, D, H, W)
-            if not (interior or inside):
-                continue
-            if gather:
-                v = inp[i_c + z * i_st[2] + y * i_st[3] + x * i_st[4]] * g
-                sx += dwx * v
-                sy += dwy * v
-                sz += dwz * v
-            if scatter and plane0 + z >= lo and plane0 + z < hi:
-                gin[gi_c + z * gi_st[2] + y * gi_st[3] + x * gi_st[4]] += g * weight
+        g = gout[_u(go + c * go_c)]
+        i_at, gi_at = i_base + c * i_c, gi_base + c * gi_c
+        if interior:  # the common case, in a branch-free loop
+            for k in range(corners):
+                sx, sy, sz = _backward_corner(k, g, inp, i_at, i_offsets, gin, gi_at, gi_offsets,
+                                              slopes, values[k], plane, lo, hi, scatter,
+                                              gather, sx, sy, sz)
+        else:
+            for k in range(corners):
+                if _inside(k, x0, y0, z0, D, H, W):
+                    sx, sy, sz = _backward_corner(k, g, inp, i_at, i_offsets, gin, gi_at,
+                                                  gi_offsets, slopes, values[k], plane, lo,
+                                                  hi, scatter, gather, sx, sy, sz)
     return sx, sy, sz
 
 
 @functools.cache
 def kernels(mode, padding_mode, align_corners):
-    """The forward, plane-key and backward kernels for one choice of (mode, padding_mode,
-    align_corners). Numba sees the three as compile-time constants, so every kernel is
-    compiled branch-free for its modes (runtime mode switches cost ~3x in the inner loop);
-    each variant is compiled on first use and cached on disk."""
+    """The kernels for one choice of (mode, padding_mode, align_corners). Numba sees the
+    three as compile-time constants, so every kernel is compiled branch-free for its modes
+    (runtime mode switches cost ~3x in the inner loops); each variant is compiled on first
+    use and cached on disk."""
     nearest = mode == NEAREST
     corners = 1 if nearest else 8
 
     @njit(parallel=True, cache=True)
-    def forward(inp, i_off, i_st, grid, g_off, g_st, out, o_off, o_st,
-                in_shape, out_shape):
-        N, C, D, H, W = in_shape[0], in_shape[1], in_shape[2], in_shape[3], in_shape[4]
-        Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
-        for r in prange(N * Do * Ho):  # each row writes only its own output points
-            row = np.int64(r)  # prange indices may be unsigned; mixed with int64 they turn float
-            n, dh = divmod(row, Do * Ho)
-            d, h = divmod(dh, Ho)
-            g_row = g_off + n * g_st[0] + d * g_st[1] + h * g_st[2]
-            o_row = o_off + n * o_st[0] + d * o_st[2] + h * o_st[3]
-            i_n = i_off + n * i_st[0]
-            for w in range(Wo):
-                (touches, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, _, _, _) = _point(
-                    grid, g_row + w * g_st[3], g_st[4], D, H, W, nearest, padding_mode, align_corners)
-                o = o_row + w * o_st[4]
-                nearest_offset = z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4]
-                if not touches:
-                    for c in range(C):
-                        out[o + c * o_st[1]] = 0
-                elif nearest:  # the single corner, copied exactly
-                    for c in range(C):
-                        out[o + c * o_st[1]] = inp[i_n + c * i_st[1] + nearest_offset]
-                else:
-                    for c in range(C):
-                        out[o + c * o_st[1]] = _trilinear(inp, i_n + c * i_st[1], i_st, interior,
-                                                          x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1,
-                                                          D, H, W)
-
-
-    @njit(parallel=True, cache=True)
-    def plane_keys(grid, g_off, g_st, keys, counts, in_shape, out_shape):
-        """Key of every point: (first input plane n*D + z it touches) * 2 + (1 if it also
-        touches the next plane), or -1; and per row-chunk histograms of first planes."""
-        N, D, H, W = in_shape[0], in_shape[2], in_shape[3], in_shape[4]
-        Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
+    def forward(inp, i_off, i_st, grid, out, o_off, o_st, in_shape, out_shape,
+                n_chunks):
+        N, C, D, H, W = in_shape
+        Do, Ho, Wo = out_shape
         rows = N * Do * Ho
-        n_chunks = counts.shape[0]
-        for ch in prange(n_chunks):  # chunk ch writes its own rows' keys and its own histogram
-            for row in range(ch * rows // n_chunks, (ch + 1) * rows // n_chunks):
+        offsets = _corner_offsets(i_st[2], i_st[3], i_st[4])
+        for chunk in prange(n_chunks):  # each chunk of rows writes only its own points
+            kind, corner, weight, slope = _scratch(Wo, out.dtype)
+            for row in range(chunk * rows // n_chunks, (chunk + 1) * rows // n_chunks):
                 n, dh = divmod(row, Do * Ho)
                 d, h = divmod(dh, Ho)
-                g_row = g_off + n * g_st[0] + d * g_st[1] + h * g_st[2]
+                _prepare_row(grid, 3 * Wo * row, Wo, D, H, W, nearest, padding_mode,
+                             align_corners, kind, corner, weight, slope)
+                o_row = o_off + n * o_st[0] + d * o_st[2] + h * o_st[3]
                 for w in range(Wo):
-                    touches, _, _, _, z0, _, _, _, _, _, _, _, _, _ = _point(
-                        grid, g_row + w * g_st[3], g_st[4], D, H, W, nearest, padding_mode,
-                        align_corners)
-                    key = -1
-                    if touches:
-                        first = n * D + max(z0, 0)
-                        both = (not nearest) & (z0 >= 0) & (z0 + 1 < D)
-                        key = 2 * first + both
-                        counts[ch, first] += 1
-                    keys[row * Wo + w] = key
-
-
+                    o = o_row + w * o_st[4]
+                    x0, y0, z0 = corner[0, w], corner[1, w], corner[2, w]
+                    base = i_off + n * i_st[0] + z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4]
+                    if kind[w] == OUTSIDE:
+                        for c in range(C):
+                            out[_u(o + c * o_st[1])] = 0
+                    elif nearest:  # the single corner, copied exactly
+                        for c in range(C):
+                            out[_u(o + c * o_st[1])] = inp[_u(base + c * i_st[1])]
+                    else:
+                        values = _corner_weights(weight, w)
+                        if kind[w] == INTERIOR:  # the common case, in a branch-free loop
+                            for c in range(C):
+                                b = base + c * i_st[1]
+                                acc = typed(0, values[0])
+                                for k in range(8):
+                                    acc += inp[_u(b + offsets[k])] * values[k]
+                                out[_u(o + c * o_st[1])] = acc
+                        else:
+                            for c in range(C):
+                                b = base + c * i_st[1]
+                                acc = typed(0, values[0])
+                                for k in range(8):
+                                    if _inside(k, x0, y0, z0, D, H, W):
+                                        acc += inp[_u(b + offsets[k])] * values[k]
+                                out[_u(o + c * o_st[1])] = acc
 
     @njit(parallel=True, cache=True)
-    def backward(gout, go_off, go_st, inp, i_off, i_st, grid, g_off, g_st,
-                 gin, gi_off, gi_st, grad_grid, keys, slab_bounds, in_shape, out_shape,
-                 need_input_grad, need_grid_grad):
-        """Both gradients in one pass; slab s owns input planes [slab_bounds[s], slab_bounds[s+1])."""
-        N, C, D, H, W = in_shape[0], in_shape[1], in_shape[2], in_shape[3], in_shape[4]
-        Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
+    def row_planes(grid, row_first, row_last, counts, in_shape, out_shape):
+        """For every row, the lowest first plane and the highest last plane (n*D + z) its
+        points touch (an empty range if none); per chunk, a histogram of first planes."""
+        N, C, D, H, W = in_shape
+        Do, Ho, Wo = out_shape
+        rows = N * Do * Ho
+        n_chunks = counts.shape[0]
+        for chunk in prange(n_chunks):  # chunk writes its own rows and its own histogram
+            kind, corner, weight, slope = _scratch(Wo, grid.dtype)
+            for row in range(chunk * rows // n_chunks, (chunk + 1) * rows // n_chunks):
+                n, dh = divmod(row, Do * Ho)
+                d, h = divmod(dh, Ho)
+                _prepare_row(grid, 3 * Wo * row, Wo, D, H, W, nearest, padding_mode,
+                             align_corners, kind, corner, weight, slope)
+                lowest, highest = N * D, np.int64(-1)
+                for w in range(Wo):
+                    if kind[w] != OUTSIDE:
+                        z0 = corner[2, w]
+                        first = n * D + max(z0, 0)
+                        last = n * D + min(z0 + corners // 8, D - 1)
+                        lowest, highest = min(lowest, first), max(highest, last)
+                        counts[chunk, first] += 1
+                row_first[row], row_last[row] = lowest, highest
+
+    @njit(parallel=True, cache=True)
+    def backward(gout, go_off, go_st, inp, i_off, i_st, grid, gin, gi_off, gi_st,
+                 grad_grid, row_first, row_last, slab_bounds, in_shape, out_shape,
+                 need_grid_grad):
+        """Both gradients; slab s owns input planes [slab_bounds[s], slab_bounds[s+1])."""
+        N, C, D, H, W = in_shape
+        Do, Ho, Wo = out_shape
+        i_offsets = _corner_offsets(i_st[2], i_st[3], i_st[4])
+        gi_offsets = _corner_offsets(gi_st[2], gi_st[3], gi_st[4])
         for s in prange(slab_bounds.shape[0] - 1):  # slab s alone writes its planes of gin
             lo, hi = slab_bounds[s], slab_bounds[s + 1]
-            p = 0
-            for n in range(N):  # walk every point in increasing order
-                i_n = i_off + n * i_st[0]
-                gi_n = gi_off + n * gi_st[0]
-                for d in range(Do):
-                    for h in range(Ho):
-                        g_row = g_off + n * g_st[0] + d * g_st[1] + h * g_st[2]
-                        go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
-                        for w in range(Wo):
-                            key = keys[p]
-                            p += 1
-                            first = key >> 1
-                            if key < 0 or first >= hi or first + (key & 1) < lo:
-                                continue
-                            (_, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, mx, my, mz) = _point(
-                                grid, g_row + w * g_st[3], g_st[4], D, H, W, nearest, padding_mode,
-                                align_corners)
-                            owner = first >= lo
-                            sx, sy, sz = _backward_point(
-                                gout, go_row + w * go_st[4], go_st[1], inp, i_n, i_st, gin,
-                                gi_n, gi_st, C, corners, interior, x0, y0, z0, wx0, wx1, wy0,
-                                wy1, wz0, wz1, D, H, W, n * D, lo, hi, need_input_grad,
-                                need_grid_grad and owner and not nearest)
-                            if need_grid_grad and owner:
-                                grad_grid[p - 1, 0] = mx * sx
-                                grad_grid[p - 1, 1] = my * sy
-                                grad_grid[p - 1, 2] = mz * sz
+            kind, corner, weight, slope = _scratch(Wo, grad_grid.dtype)
+            for row in range(N * Do * Ho):  # every point, in increasing order
+                if row_last[row] < lo or row_first[row] >= hi:
+                    continue
+                n, dh = divmod(row, Do * Ho)
+                d, h = divmod(dh, Ho)
+                _prepare_row(grid, 3 * Wo * row, Wo, D, H, W, nearest, padding_mode,
+                             align_corners, kind, corner, weight, slope)
+                go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
+                for w in range(Wo):
+                    if kind[w] == OUTSIDE:
+                        continue
+                    x0, y0, z0 = corner[0, w], corner[1, w], corner[2, w]
+                    first = n * D + max(z0, 0)
+                    if first >= hi or n * D + min(z0 + corners // 8, D - 1) < lo:
+                        continue
+                    owner = first >= lo
+                    sx, sy, sz = _backward_point(
+                        gout, go_row + w * go_st[4], go_st[1],
+                        inp, i_off + n * i_st[0] + z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4],
+                        i_st[1], i_offsets,
+                        gin, gi_off + n * gi_st[0] + z0 * gi_st[2] + y0 * gi_st[3] + x0 * gi_st[4],
+                        gi_st[1], gi_offsets, C, corners, kind[w] == INTERIOR, x0, y0, z0,
+                        D, H, W, weight, w, n * D + z0, lo, hi, True,
+                        need_grid_grad and owner and not nearest)
+                    if need_grid_grad and owner:
+                        p = row * Wo + w
+                        grad_grid[p, 0] = slope[0, w] * sx
+                        grad_grid[p, 1] = slope[1, w] * sy
+                        grad_grid[p, 2] = slope[2, w] * sz
 
     @njit(parallel=True, cache=True)
-    def grid_gradient(gout, go_off, go_st, inp, i_off, i_st, grid, g_off, g_st, grad_grid,
-                      in_shape, out_shape):
-        """The grid gradient alone: nothing is scattered, so it runs like the forward,
-        parallel over output rows."""
-        N, C, D, H, W = in_shape[0], in_shape[1], in_shape[2], in_shape[3], in_shape[4]
-        Do, Ho, Wo = out_shape[0], out_shape[1], out_shape[2]
-        for r in prange(N * Do * Ho):  # each row writes only its own points' gradients
-            row = np.int64(r)
-            n, dh = divmod(row, Do * Ho)
-            d, h = divmod(dh, Ho)
-            g_row = g_off + n * g_st[0] + d * g_st[1] + h * g_st[2]
-            go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
-            i_n = i_off + n * i_st[0]
-            for w in range(Wo):
-                (touches, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, mx, my, mz) = _point(
-                    grid, g_row + w * g_st[3], g_st[4], D, H, W, nearest, padding_mode,
-                    align_corners)
-                sx = sy = sz = typed(0, wx0)
-                if touches and not nearest:
-                    sx, sy, sz = _backward_point(
-                        gout, go_row + w * go_st[4], go_st[1], inp, i_n, i_st, inp, 0, i_st, C,
-                        corners, interior, x0, y0, z0, wx0, wx1, wy0, wy1, wz0, wz1, D, H, W,
-                        0, 0, 0, False, True)
-                p = row * Wo + w
-                grad_grid[p, 0] = mx * sx
-                grad_grid[p, 1] = my * sy
-                grad_grid[p, 2] = mz * sz
+    def grid_gradient(gout, go_off, go_st, inp, i_off, i_st, grid, grad_grid,
+                      in_shape, out_shape, n_chunks):
+        """The grid gradient alone: nothing is scattered, so it runs like the forward."""
+        N, C, D, H, W = in_shape
+        Do, Ho, Wo = out_shape
+        rows = N * Do * Ho
+        i_offsets = _corner_offsets(i_st[2], i_st[3], i_st[4])
+        for chunk in prange(n_chunks):  # each chunk of rows writes only its own points
+            kind, corner, weight, slope = _scratch(Wo, grad_grid.dtype)
+            for row in range(chunk * rows // n_chunks, (chunk + 1) * rows // n_chunks):
+                n, dh = divmod(row, Do * Ho)
+                d, h = divmod(dh, Ho)
+                _prepare_row(grid, 3 * Wo * row, Wo, D, H, W, nearest, padding_mode,
+                             align_corners, kind, corner, weight, slope)
+                go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
+                for w in range(Wo):
+                    p = row * Wo + w
+                    sx = sy = sz = typed(0, weight[0, w])
+                    if kind[w] == OUTSIDE:  # its slope may be NaN: write the zeros outright
+                        grad_grid[p, 0] = grad_grid[p, 1] = grad_grid[p, 2] = sx
+                        continue
+                    if not nearest:
+                        x0, y0, z0 = corner[0, w], corner[1, w], corner[2, w]
+                        sx, sy, sz = _backward_point(
+                            gout, go_row + w * go_st[4], go_st[1],
+                            inp, i_off + n * i_st[0] + z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4],
+                            i_st[1], i_offsets, inp, 0, 0, i_offsets, C, corners,
+                            kind[w] == INTERIOR, x0, y0, z0, D, H, W, weight, w, 0, 0, 0,
+                            False, True)
+                    grad_grid[p, 0] = slope[0, w] * sx
+                    grad_grid[p, 1] = slope[1, w] * sy
+                    grad_grid[p, 2] = slope[2, w] * sz
 
-    return types.SimpleNamespace(forward=forward, plane_keys=plane_keys, backward=backward,
+    return types.SimpleNamespace(forward=forward, row_planes=row_planes, backward=backward,
                                  grid_gradient=grid_gradient)
