@@ -113,11 +113,15 @@ def nonempty_spatial(name: str, spatial) -> None:
             f"{name}: expected non-empty spatial dimensions (D, H, W), got {tuple(spatial)}")
 
 
+# Largest size per axis: products of sizes and strides must stay inside int64.
+MAX_SIZE = 2 ** 40
+
+
 def positive_int(name: str, value) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise InvalidArgumentError(f"{name}: expected a positive integer, got {type(value).__name__} {value!r}")
-    if value <= 0:
-        raise InvalidArgumentError(f"{name}: expected a positive integer, got {value}")
+    if value <= 0 or value > MAX_SIZE:
+        raise InvalidArgumentError(f"{name}: expected a positive integer <= 2**40, got {value}")
     return int(value)
 
 
@@ -132,8 +136,9 @@ def int_sequence(name: str, value, length: int, minimum: int) -> tuple[int, ...]
     for v in items:
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
             raise InvalidArgumentError(f"{name}: expected integers, got {type(v).__name__} {v!r} in {value!r}")
-        if v < minimum:
-            raise InvalidArgumentError(f"{name}: expected integers >= {minimum}, got {v} in {value!r}")
+        if v < minimum or v > MAX_SIZE:
+            raise InvalidArgumentError(
+                f"{name}: expected integers in [{minimum}, 2**40], got {v} in {value!r}")
     return tuple(int(v) for v in items)
 
 
@@ -148,6 +153,8 @@ def _finite_real(name: str, v, value) -> float:
 
 def scale_factors(name: str, value, length: int) -> tuple[float, ...]:
     """A positive finite number, or ``length`` of them (one per spatial axis)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()  # a NumPy scalar array is one number
     items = value if isinstance(value, (list, tuple, np.ndarray)) else (value,) * length
     if len(items) != length:
         raise InvalidArgumentError(

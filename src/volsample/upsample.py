@@ -51,6 +51,10 @@ def _output_size(in_spatial, size, scale_factor):
         return (_checks.positive_int("size", size),) * 3, (None, None, None)
     scales = _checks.scale_factors("scale_factor", scale_factor, 3)
     out = tuple(math.floor(n * s) for n, s in zip(in_spatial, scales))  # float64, as PyTorch
+    if max(out) > _checks.MAX_SIZE:
+        raise _checks.InvalidArgumentError(
+            f"scale_factor: expected an output of at most 2**40 voxels per axis, got "
+            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
     if min(out) < 1:
         raise _checks.InvalidArgumentError(
             f"scale_factor: expected an output of at least 1 voxel per axis, got "
