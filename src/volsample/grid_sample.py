@@ -85,11 +85,12 @@ def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_cor
         inp_b, inp_o, inp_s = flat(_dtypes.as_compute(volume, compute))
         grid_b = _contiguous_grid(grid, compute)
         out_b, out_o, out_s = flat(out)
-        forward = _kernels(mode_code, padding_code, align_corners).forward
+        forward = _kernels(mode_code, padding_code).forward
         threads = _config.threads_for(out.size)
         with _config.parallel_launch(threads):
             forward(inp_b, inp_o, inp_s, grid_b, out_b, out_o, out_s,
-                    in_shape, out_shape, _n_chunks(N * out_shape[0] * out_shape[1], threads))
+                    in_shape, out_shape, _n_chunks(N * out_shape[0] * out_shape[1], threads),
+                    align_corners)
     return _layout.physical(out, layout).astype(input.dtype, copy=False)
 
 
@@ -154,23 +155,24 @@ def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, pad
     grid_b = _contiguous_grid(grid, compute)
     grad_grid_rows = grad_grid.reshape(points, 3) if want_grid else np.empty((1, 3), compute)
     threads = _config.threads_for(points * C)
-    kernels = _kernels(mode_code, padding_code, align_corners)
+    kernels = _kernels(mode_code, padding_code)
     rows = N * out_shape[0] * out_shape[1]
     if not want_input:  # no scatter: a plain pass over the points
         with _config.parallel_launch(threads):
             kernels.grid_gradient(go_b, go_o, go_s, in_b, in_o, in_s, grid_b,
-                                  grad_grid_rows, in_shape, out_shape, _n_chunks(rows, threads))
+                                  grad_grid_rows, in_shape, out_shape, _n_chunks(rows, threads),
+                                  align_corners)
         return
     gi_b, gi_o, gi_s = flat(grad_input)
     row_first, row_last = np.empty(rows, np.int64), np.empty(rows, np.int64)
     counts = np.zeros((_n_chunks(rows, threads), N * D), np.int64)
     with _config.parallel_launch(threads):
-        kernels.row_planes(grid_b, row_first, row_last, counts, in_shape,
-                           out_shape)
+        kernels.row_planes(grid_b, row_first, row_last, counts, in_shape, out_shape,
+                           align_corners)
         slabs = _slab_bounds(counts.sum(axis=0), threads)
         kernels.backward(go_b, go_o, go_s, in_b, in_o, in_s, grid_b,
                          gi_b, gi_o, gi_s, grad_grid_rows, row_first, row_last, slabs,
-                         in_shape, out_shape, want_grid)
+                         in_shape, out_shape, want_grid, align_corners)
 
 
 def _contiguous_grid(grid, compute):
