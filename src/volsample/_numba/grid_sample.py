@@ -63,12 +63,13 @@ def _scratch(Wo, dtype):
 
 
 @njit(cache=True, inline="always")
-def _prepare_row(grid, g, Wo, D, H, W, nearest, padding_mode, align_corners,
+def _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode, align_corners,
                  kind, corner, weight, slope):
-    """Fill the row tables for the Wo grid points at grid[g:g + 3 * Wo] (contiguous x, y, z:
-    with these strides known, the compiler vectorises this loop)."""
+    """Fill the tables of output row ``row`` (its Wo grid points lie contiguous, x, y, z,
+    in ``grid``: with these strides known, the compiler vectorises this loop); return the
+    row's (n, d, h)."""
     for w in range(Wo):
-        p = g + 3 * w
+        p = 3 * (Wo * row + w)
         cx, cy, cz = grid[_u(p)], grid[_u(p + 1)], grid[_u(p + 2)]
         finite = np.isfinite(cx) & np.isfinite(cy) & np.isfinite(cz)
         ix, mx = source_index(cx, W, padding_mode, align_corners)
@@ -85,6 +86,9 @@ def _prepare_row(grid, g, Wo, D, H, W, nearest, padding_mode, align_corners,
         weight[0, w], weight[1, w], weight[2, w] = wx0, wx1, wy0
         weight[3, w], weight[4, w], weight[5, w] = wy1, wz0, wz1
         slope[0, w], slope[1, w], slope[2, w] = mx, my, mz
+    n, dh = divmod(row, Do * Ho)
+    d, h = divmod(dh, Ho)
+    return n, d, h
 
 
 @njit(cache=True, inline="always")
@@ -188,10 +192,8 @@ def kernels(mode, padding_mode):
         for chunk in prange(n_chunks):  # each chunk of rows writes only its own points
             kind, corner, weight, slope = _scratch(Wo, out.dtype)
             for row in range(chunk * rows // n_chunks, (chunk + 1) * rows // n_chunks):
-                n, dh = divmod(row, Do * Ho)
-                d, h = divmod(dh, Ho)
-                _prepare_row(grid, 3 * Wo * row, Wo, D, H, W, nearest, padding_mode,
-                             align_corners, kind, corner, weight, slope)
+                n, d, h = _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode,
+                                       align_corners, kind, corner, weight, slope)
                 o_row = o_off + n * o_st[0] + d * o_st[2] + h * o_st[3]
                 for w in range(Wo):
                     o = o_row + w * o_st[4]
@@ -232,10 +234,8 @@ def kernels(mode, padding_mode):
         for chunk in prange(n_chunks):  # chunk writes its own rows and its own histogram
             kind, corner, weight, slope = _scratch(Wo, grid.dtype)
             for row in range(chunk * rows // n_chunks, (chunk + 1) * rows // n_chunks):
-                n, dh = divmod(row, Do * Ho)
-                d, h = divmod(dh, Ho)
-                _prepare_row(grid, 3 * Wo * row, Wo, D, H, W, nearest, padding_mode,
-                             align_corners, kind, corner, weight, slope)
+                n, d, h = _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode,
+                                       align_corners, kind, corner, weight, slope)
                 lowest, highest = N * D, np.int64(-1)
                 for w in range(Wo):
                     if kind[w] != OUTSIDE:
@@ -261,10 +261,8 @@ def kernels(mode, padding_mode):
             for row in range(N * Do * Ho):  # every point, in increasing order
                 if row_last[row] < lo or row_first[row] >= hi:
                     continue
-                n, dh = divmod(row, Do * Ho)
-                d, h = divmod(dh, Ho)
-                _prepare_row(grid, 3 * Wo * row, Wo, D, H, W, nearest, padding_mode,
-                             align_corners, kind, corner, weight, slope)
+                n, d, h = _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode,
+                                       align_corners, kind, corner, weight, slope)
                 go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
                 for w in range(Wo):
                     if kind[w] == OUTSIDE:
@@ -299,10 +297,8 @@ def kernels(mode, padding_mode):
         for chunk in prange(n_chunks):  # each chunk of rows writes only its own points
             kind, corner, weight, slope = _scratch(Wo, grad_grid.dtype)
             for row in range(chunk * rows // n_chunks, (chunk + 1) * rows // n_chunks):
-                n, dh = divmod(row, Do * Ho)
-                d, h = divmod(dh, Ho)
-                _prepare_row(grid, 3 * Wo * row, Wo, D, H, W, nearest, padding_mode,
-                             align_corners, kind, corner, weight, slope)
+                n, d, h = _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode,
+                                       align_corners, kind, corner, weight, slope)
                 go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
                 for w in range(Wo):
                     p = row * Wo + w
