@@ -181,34 +181,31 @@ class aclTensor:
                 f"format={_FORMAT_NAMES.get(self.format, self.format)})")
 
 
-class aclIntArray:
+class _ValueArray:
+    """An immutable array of values, as CANN's int and bool arrays are."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values):
+        self.values = tuple(values)
+
+    def __len__(self):
+        return len(self.values)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({list(self.values)})"
+
+
+class aclIntArray(_ValueArray):
     """An immutable array of int64 values (``aclCreateIntArray``)."""
 
-    __slots__ = ("values",)
-
-    def __init__(self, values):
-        self.values = tuple(values)
-
-    def __len__(self):
-        return len(self.values)
-
-    def __repr__(self):
-        return f"aclIntArray({list(self.values)})"
+    __slots__ = ()
 
 
-class aclBoolArray:
+class aclBoolArray(_ValueArray):
     """An immutable array of bools (``aclCreateBoolArray``)."""
 
-    __slots__ = ("values",)
-
-    def __init__(self, values):
-        self.values = tuple(values)
-
-    def __len__(self):
-        return len(self.values)
-
-    def __repr__(self):
-        return f"aclBoolArray({list(self.values)})"
+    __slots__ = ()
 
 
 class aclrtStream:
