@@ -186,11 +186,11 @@ def _n_chunks(rows, threads):
     return max(1, min(rows, 4 * threads))
 
 
-def _slab_bounds(points_per_plane, n_slabs):
-    """Split the input planes into ``n_slabs`` runs holding about equal numbers of points
+def _slab_bounds(rows_per_plane, n_slabs):
+    """Split the input planes into ``n_slabs`` runs that start about equal numbers of rows
     (the work), as boundaries [0, ..., planes]. Any split gives the same bits."""
-    planes = len(points_per_plane)
-    cumulative = np.cumsum(points_per_plane)
+    planes = len(rows_per_plane)
+    cumulative = np.cumsum(rows_per_plane)
     targets = cumulative[-1] * np.arange(1, n_slabs) / n_slabs
     inner = np.searchsorted(cumulative, targets, side="right")
     return np.unique(np.concatenate(([0], inner, [planes]))).astype(np.int64)

@@ -226,7 +226,8 @@ def kernels(mode, padding_mode):
     @njit(parallel=True, cache=True)
     def row_planes(grid, row_first, row_last, counts, in_shape, out_shape, align_corners):
         """For every row, the lowest first plane and the highest last plane (n*D + z) its
-        points touch (an empty range if none); per chunk, a histogram of first planes."""
+        points touch (an empty range if none); per chunk, a histogram of the rows' lowest
+        planes, by which the slabs are balanced."""
         N, C, D, H, W = in_shape
         Do, Ho, Wo = out_shape
         rows = N * Do * Ho
@@ -243,8 +244,9 @@ def kernels(mode, padding_mode):
                         first = n * D + max(z0, 0)
                         last = n * D + min(z0 + corners // 8, D - 1)
                         lowest, highest = min(lowest, first), max(highest, last)
-                        counts[chunk, first] += 1
                 row_first[row], row_last[row] = lowest, highest
+                if highest >= 0:  # a row is the unit of work the slabs balance
+                    counts[chunk, lowest] += 1
 
     @njit(parallel=True, cache=True)
     def backward(gout, go_off, go_st, inp, i_off, i_st, grid, gin, gi_off, gi_st,
