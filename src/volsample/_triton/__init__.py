@@ -24,6 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._torch_formats import is_channels_last, memory_format
+
 _INT32_LIMIT = 2**31
 
 # Options of every launch. No fused multiply-adds beyond those written as tl.fma: each
@@ -44,20 +46,6 @@ def on_device_of_first_argument(launcher):
         with torch.cuda.device(first.device):
             return launcher(first, *args, **kwargs)
     return wrapper
-
-
-def is_channels_last(t: torch.Tensor) -> bool:
-    """Whether a 5-D tensor is channels-last: its channel stride is the smallest of the
-    strides of its non-trivial dimensions (as ``torch.channels_last_3d`` lays it out)."""
-    if t.shape[1] <= 1:
-        return False
-    spatial = [t.stride(i) for i in (2, 3, 4) if t.shape[i] > 1]
-    return not spatial or t.stride(1) < min(spatial)
-
-
-def memory_format(t: torch.Tensor) -> torch.memory_format:
-    """The memory format of results computed from the volume ``t``."""
-    return torch.channels_last_3d if is_channels_last(t) else torch.contiguous_format
 
 
 def new_volume(shape, dtype, like: torch.Tensor, zero: bool = False) -> torch.Tensor:

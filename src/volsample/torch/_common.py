@@ -1,5 +1,5 @@
 """What the operator families share: zero-copy views between CPU tensors and NumPy
-arrays, the memory-format rule, torch-level argument checks and the GPU backend.
+arrays, layouts, torch-level argument checks and the GPU backend.
 
 A CPU tensor reaches the NumPy API as a view of its own memory: a channels-last tensor
 as its (N, D, H, W, C) physical view with ``layout="NDHWC"``, a bfloat16 tensor through
@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from .. import _checks
+from .._torch_formats import is_channels_last, memory_format
 
 _TO_NUMPY = {torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
              torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
@@ -26,24 +27,6 @@ _NCDHW = (0, 4, 1, 2, 3)  # and back
 # ---------------------------------------------------------------------------------------
 # Memory format
 # ---------------------------------------------------------------------------------------
-
-
-def is_channels_last(t: torch.Tensor) -> bool:
-    """Whether the 5-D volume ``t`` is channels-last: its channel stride is the smallest
-    of the strides of its non-trivial dimensions.
-
-    The same rule as ``volsample._triton.is_channels_last``, which sets the format of CUDA
-    results: fake (compile-time) results must match what every device returns.
-    """
-    if t.shape[1] <= 1:
-        return False
-    spatial = [t.stride(i) for i in (2, 3, 4) if t.shape[i] > 1]
-    return not spatial or t.stride(1) < min(spatial)
-
-
-def memory_format(t: torch.Tensor) -> torch.memory_format:
-    """The memory format of volumes computed from the volume ``t``."""
-    return torch.channels_last_3d if is_channels_last(t) else torch.contiguous_format
 
 
 def layout(t: torch.Tensor) -> str:
