@@ -18,7 +18,6 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import textwrap  # noqa: E402
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
