@@ -17,10 +17,6 @@ SUPPORTED = (FLOAT16, BFLOAT16, FLOAT32, FLOAT64)
 SIXTEEN_BIT = (FLOAT16, BFLOAT16)
 
 
-def dtype_name(dtype) -> str:
-    return np.dtype(dtype).name
-
-
 def compute_dtype(volume_dtype, grid_dtype=None) -> np.dtype:
     """The precision a call computes in: the volume's, widened to float32, and to float64
     when a float64 grid accompanies a 16-bit volume."""
