@@ -164,15 +164,31 @@ def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, pad
                                   align_corners)
         return
     gi_b, gi_o, gi_s = flat(grad_input)
-    row_first, row_last = np.empty(rows, np.int64), np.empty(rows, np.int64)
-    counts = np.zeros((_n_chunks(rows, threads), N * D), np.int64)
     with _config.parallel_launch(threads):
-        kernels.row_planes(grid_b, row_first, row_last, counts, in_shape, out_shape,
-                           align_corners)
-        slabs = _slab_bounds(counts.sum(axis=0), threads)
+        row_first, row_last, slabs = _row_ranges_and_slabs(kernels, grid_b, in_shape, out_shape,
+                                                           threads, align_corners)
+        plane_slab = np.repeat(np.arange(len(slabs) - 1), np.diff(slabs))
         kernels.backward(go_b, go_o, go_s, in_b, in_o, in_s, grid_b,
                          gi_b, gi_o, gi_s, grad_grid_rows, row_first, row_last, slabs,
-                         in_shape, out_shape, want_grid, align_corners)
+                         plane_slab, in_shape, out_shape, want_grid, align_corners)
+
+
+def _row_ranges_and_slabs(kernels, grid_b, in_shape, out_shape, threads, align_corners):
+    """Each output row's range of input planes, and the slabs of input planes that the
+    backward's parallel iterations own (boundaries [0, ..., N*D])."""
+    N, _, D = in_shape[:3]
+    rows_per_batch = out_shape[0] * out_shape[1]
+    if threads == 1:  # one slab holds every plane: the ranges are not read
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.array([0, N * D], np.int64)
+    if N >= threads:  # whole batches per slab: a row only touches its own batch's planes
+        first = np.repeat(np.arange(N, dtype=np.int64) * D, rows_per_batch)
+        slabs = D * (np.arange(threads + 1, dtype=np.int64) * N // threads)
+        return first, first + (D - 1), slabs
+    rows = N * rows_per_batch
+    row_first, row_last = np.empty(rows, np.int64), np.empty(rows, np.int64)
+    touching = np.zeros((_n_chunks(rows, threads), N * D + 1), np.int64)
+    kernels.row_planes(grid_b, row_first, row_last, touching, in_shape, out_shape, align_corners)
+    return row_first, row_last, _slab_bounds(np.cumsum(touching.sum(axis=0))[:-1], threads)
 
 
 def _contiguous_grid(grid, compute):
@@ -187,7 +203,7 @@ def _n_chunks(rows, threads):
 
 
 def _slab_bounds(rows_per_plane, n_slabs):
-    """Split the input planes into ``n_slabs`` runs that start about equal numbers of rows
+    """Split the input planes into ``n_slabs`` runs touched by about equal numbers of rows
     (the work), as boundaries [0, ..., planes]. Any split gives the same bits."""
     planes = len(rows_per_plane)
     cumulative = np.cumsum(rows_per_plane)
@@ -222,8 +238,11 @@ def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
     if not want_input:
         return int(total)
     threads = threads or _config.get_num_threads()
+    if threads == 1:  # one slab: no row ranges
+        return int(total)
     rows = int(np.prod(grid_shape[:3]))
     total += rows * 2 * 8  # each row's plane range
-    total += (_n_chunks(rows, threads) + 1) * N * D * 8  # plane histograms
+    # per-chunk plane counts (difference arrays) and their sums, and each plane's slab
+    total += (_n_chunks(rows, threads) + 3) * (N * D + 1) * 8
     total += (threads + 1) * 8  # slab bounds
     return int(total)

@@ -27,7 +27,7 @@ import types
 import numpy as np
 from numba import njit, prange
 
-from .._coords import NEAREST, source_index, typed
+from .._coords import NEAREST, REFLECTION, source_index, typed
 
 OUTSIDE, INTERIOR, PARTIAL = 0, 1, 2  # how a point's corners meet the volume
 
@@ -130,16 +130,16 @@ def _inside(k, x0, y0, z0, D, H, W):
 
 @njit(cache=True, inline="always")
 def _backward_corner(k, g, inp, i_at, i_offsets, gin, gi_at, gi_offsets, slopes, value,
-                     plane, lo, hi, scatter, gather, sx, sy, sz):
+                     plane, lo, hi, clip, scatter, gather, sx, sy, sz):
     """Corner k's share of one channel's backward: its gradient-of-weight terms added to
-    (sx, sy, sz) if ``gather``, and g * weight added to grad_input if ``scatter`` and the
-    corner lies on planes [lo, hi)."""
+    (sx, sy, sz) if ``gather``, and g * weight added to grad_input if ``scatter`` (and, if
+    ``clip``, the corner lies on planes [lo, hi))."""
     if gather:
         v = inp[_u(i_at + i_offsets[k])] * g
         sx += slopes[k] * v
         sy += slopes[8 + k] * v
         sz += slopes[16 + k] * v
-    if scatter and plane + (k >> 2) >= lo and plane + (k >> 2) < hi:
+    if scatter and (not clip or (plane + (k >> 2) >= lo and plane + (k >> 2) < hi)):
         gin[_u(gi_at + gi_offsets[k])] += g * value
     return sx, sy, sz
 
@@ -147,9 +147,10 @@ def _backward_corner(k, g, inp, i_at, i_offsets, gin, gi_at, gi_offsets, slopes,
 @njit(cache=True, inline="always")
 def _backward_point(gout, go, go_c, inp, i_base, i_c, i_offsets, gin, gi_base, gi_c,
                     gi_offsets, C, corners, interior, x0, y0, z0, D, H, W, weight, w,
-                    plane, lo, hi, scatter, gather):
-    """One point's share of the backward: scatter grad_output into its corners on planes
-    [lo, hi) (if ``scatter``; ``plane`` is the plane index of z0) and return
+                    plane, lo, hi, clip, scatter, gather):
+    """One point's share of the backward: scatter grad_output into its corners (if
+    ``scatter``; if ``clip`` too, only those on planes [lo, hi), ``plane`` being the plane
+    index of z0) and return
     d(loss)/d(ix, iy, iz) (if ``gather``). ``corners`` is a constant, 1 (nearest: weight 1)
     or 8. Channels run outermost, as PyTorch sums."""
     values = _corner_weights(weight, w)
@@ -161,15 +162,36 @@ def _backward_point(gout, go, go_c, inp, i_base, i_c, i_offsets, gin, gi_base, g
         if interior:  # the common case, in a branch-free loop
             for k in range(corners):
                 sx, sy, sz = _backward_corner(k, g, inp, i_at, i_offsets, gin, gi_at, gi_offsets,
-                                              slopes, values[k], plane, lo, hi, scatter,
-                                              gather, sx, sy, sz)
+                                              slopes, values[k], plane, lo, hi, clip,
+                                              scatter, gather, sx, sy, sz)
         else:
             for k in range(corners):
                 if _inside(k, x0, y0, z0, D, H, W):
                     sx, sy, sz = _backward_corner(k, g, inp, i_at, i_offsets, gin, gi_at,
                                                   gi_offsets, slopes, values[k], plane, lo,
-                                                  hi, scatter, gather, sx, sy, sz)
+                                                  hi, clip, scatter, gather, sx, sy, sz)
     return sx, sy, sz
+
+
+@njit(cache=True, inline="always")
+def _plane_span(low, high, D, nearest, padding_mode, align_corners):
+    """The planes (lowest, highest) that points with z coordinates in [low, high] can
+    touch, for a padding under which the voxel coordinate grows with the normalised one
+    (zeros, border; reflection for a single point); first > last if none. Coordinates
+    are clipped to [-3, 3] first: points beyond touch the same planes (none, or an end
+    one) and infinities never reach the arithmetic; NaN makes an empty span."""
+    three = typed(3, low)
+    low, high = max(low, -three), min(high, three)
+    if not low <= high:
+        return np.int64(1), np.int64(0)
+    i_low, _ = source_index(low, D, padding_mode, align_corners)
+    i_high, _ = source_index(high, D, padding_mode, align_corners)
+    if nearest:
+        first, last = np.rint(i_low), np.rint(i_high)
+    else:
+        first, last = np.floor(i_low), np.floor(i_high) + typed(1, low)
+    return (np.int64(max(first, typed(0, first))),
+            np.int64(min(last, typed(D - 1, last))))
 
 
 @functools.cache
@@ -224,64 +246,93 @@ def kernels(mode, padding_mode):
                                 out[_u(o + c * o_st[1])] = acc
 
     @njit(parallel=True, cache=True)
-    def row_planes(grid, row_first, row_last, counts, in_shape, out_shape, align_corners):
-        """For every row, the lowest first plane and the highest last plane (n*D + z) its
-        points touch (an empty range if none); per chunk, a histogram of the rows' lowest
-        planes, by which the slabs are balanced."""
+    def row_planes(grid, row_first, row_last, touching, in_shape, out_shape, align_corners):
+        """For every row, the lowest and highest input plane (n*D + z) its points can touch,
+        judged from z alone (a superset of the planes; an empty range, first > last, if
+        none); per chunk, the rows touching each plane as a difference array, by which the
+        slabs are balanced."""
         N, C, D, H, W = in_shape
         Do, Ho, Wo = out_shape
         rows = N * Do * Ho
-        n_chunks = counts.shape[0]
-        for chunk in prange(n_chunks):  # chunk writes its own rows and its own histogram
-            kind, corner, weight, slope = _scratch(Wo, grid.dtype)
+        n_chunks = touching.shape[0]
+        for chunk in prange(n_chunks):  # chunk writes its own rows and its own counts
             for row in range(chunk * rows // n_chunks, (chunk + 1) * rows // n_chunks):
-                n, d, h = _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode,
-                                       align_corners, kind, corner, weight, slope)
-                lowest, highest = N * D, np.int64(-1)
-                for w in range(Wo):
-                    if kind[w] != OUTSIDE:
-                        z0 = corner[2, w]
-                        first = n * D + max(z0, 0)
-                        last = n * D + min(z0 + corners // 8, D - 1)
-                        lowest, highest = min(lowest, first), max(highest, last)
-                row_first[row], row_last[row] = lowest, highest
-                if highest >= 0:  # a row is the unit of work the slabs balance
-                    counts[chunk, lowest] += 1
+                z = 3 * Wo * row + 2
+                if padding_mode == REFLECTION:  # folding is not monotonic: bound every point
+                    lowest, highest = N * D, np.int64(-1)
+                    for w in range(Wo):
+                        cz = grid[_u(z + 3 * w)]
+                        first, last = _plane_span(cz, cz, D, nearest, padding_mode,
+                                                  align_corners)
+                        if first <= last:
+                            lowest, highest = min(lowest, first), max(highest, last)
+                else:  # monotonic: the row's extreme coordinates bound its planes
+                    low, high = typed(np.inf, grid[0]), typed(-np.inf, grid[0])
+                    for w in range(Wo):
+                        cz = grid[_u(z + 3 * w)]
+                        low = cz if cz < low else low  # NaN is passed over
+                        high = cz if cz > high else high
+                    lowest, highest = _plane_span(low, high, D, nearest, padding_mode,
+                                                  align_corners)
+                n = row // (Do * Ho)
+                if lowest <= highest:
+                    first, last = n * D + lowest, n * D + highest
+                    touching[chunk, first] += 1
+                    touching[chunk, last + 1] -= 1
+                else:
+                    first, last = N * D, np.int64(-1)
+                row_first[row], row_last[row] = first, last
 
     @njit(parallel=True, cache=True)
     def backward(gout, go_off, go_st, inp, i_off, i_st, grid, gin, gi_off, gi_st,
-                 grad_grid, row_first, row_last, slab_bounds, in_shape, out_shape,
+                 grad_grid, row_first, row_last, slab_bounds, plane_slab, in_shape, out_shape,
                  need_grid_grad, align_corners):
-        """Both gradients; slab s owns input planes [slab_bounds[s], slab_bounds[s+1])."""
+        """Both gradients; slab s owns input planes [slab_bounds[s], slab_bounds[s+1]).
+        With one slab, the row ranges are not read (and may be empty arrays)."""
         N, C, D, H, W = in_shape
         Do, Ho, Wo = out_shape
+        rows = N * Do * Ho
+        slabs = slab_bounds.shape[0] - 1
         i_offsets = _corner_offsets(i_st[2], i_st[3], i_st[4])
         gi_offsets = _corner_offsets(gi_st[2], gi_st[3], gi_st[4])
-        for s in prange(slab_bounds.shape[0] - 1):  # slab s alone writes its planes of gin
+        for s in prange(slabs):  # slab s alone writes its planes of gin
             lo, hi = slab_bounds[s], slab_bounds[s + 1]
             kind, corner, weight, slope = _scratch(Wo, grad_grid.dtype)
-            for row in range(N * Do * Ho):  # every point, in increasing order
-                if row_last[row] < lo or row_first[row] >= hi:
-                    continue
+            for row in range(rows):  # every point, in increasing order
+                owner, straddles = True, False
+                if slabs > 1:
+                    first, last = row_first[row], row_last[row]
+                    if last < lo or first >= hi:
+                        continue
+                    straddles = first < lo or last >= hi
+                    # A row's grid gradient is computed by one of the slabs it touches,
+                    # spread by row number so that rows spanning every slab share the work.
+                    owner = s == min(max(row * slabs // rows, plane_slab[first]), plane_slab[last])
                 n, d, h = _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode,
                                        align_corners, kind, corner, weight, slope)
                 go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
+                gather = need_grid_grad and owner and not nearest
                 for w in range(Wo):
                     if kind[w] == OUTSIDE:
                         continue
                     x0, y0, z0 = corner[0, w], corner[1, w], corner[2, w]
-                    first = n * D + max(z0, 0)
-                    if first >= hi or n * D + min(z0 + corners // 8, D - 1) < lo:
+                    if straddles and not owner and (
+                            n * D + max(z0, 0) >= hi or n * D + min(z0 + corners // 8, D - 1) < lo):
                         continue
-                    owner = first >= lo
-                    sx, sy, sz = _backward_point(
-                        gout, go_row + w * go_st[4], go_st[1],
-                        inp, i_off + n * i_st[0] + z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4],
-                        i_st[1], i_offsets,
-                        gin, gi_off + n * gi_st[0] + z0 * gi_st[2] + y0 * gi_st[3] + x0 * gi_st[4],
-                        gi_st[1], gi_offsets, C, corners, kind[w] == INTERIOR, x0, y0, z0,
-                        D, H, W, weight, w, n * D + z0, lo, hi, True,
-                        need_grid_grad and owner and not nearest)
+                    go = go_row + w * go_st[4]
+                    i_at = i_off + n * i_st[0] + z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4]
+                    gi_at = gi_off + n * gi_st[0] + z0 * gi_st[2] + y0 * gi_st[3] + x0 * gi_st[4]
+                    interior = kind[w] == INTERIOR
+                    if straddles:  # only the corners on this slab's planes are written
+                        sx, sy, sz = _backward_point(
+                            gout, go, go_st[1], inp, i_at, i_st[1], i_offsets, gin, gi_at,
+                            gi_st[1], gi_offsets, C, corners, interior, x0, y0, z0, D, H, W,
+                            weight, w, n * D + z0, lo, hi, True, True, gather)
+                    else:
+                        sx, sy, sz = _backward_point(
+                            gout, go, go_st[1], inp, i_at, i_st[1], i_offsets, gin, gi_at,
+                            gi_st[1], gi_offsets, C, corners, interior, x0, y0, z0, D, H, W,
+                            weight, w, 0, 0, 0, False, True, gather)
                     if need_grid_grad and owner:
                         p = row * Wo + w
                         grad_grid[p, 0] = slope[0, w] * sx
@@ -315,7 +366,7 @@ def kernels(mode, padding_mode):
                             inp, i_off + n * i_st[0] + z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4],
                             i_st[1], i_offsets, inp, 0, 0, i_offsets, C, corners,
                             kind[w] == INTERIOR, x0, y0, z0, D, H, W, weight, w, 0, 0, 0,
-                            False, True)
+                            False, False, True)
                     grad_grid[p, 0] = slope[0, w] * sx
                     grad_grid[p, 1] = slope[1, w] * sy
                     grad_grid[p, 2] = slope[2, w] * sz
