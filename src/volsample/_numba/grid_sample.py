@@ -283,93 +283,110 @@ def kernels(mode, padding_mode):
                     first, last = N * D, np.int64(-1)
                 row_first[row], row_last[row] = first, last
 
-    @njit(parallel=True, cache=True)
-    def backward(gout, go_off, go_st, inp, i_off, i_st, grid, gin, gi_off, gi_st,
-                 grad_grid, row_first, row_last, slab_bounds, plane_slab, in_shape, out_shape,
-                 need_grid_grad, align_corners):
-        """Both gradients; slab s owns input planes [slab_bounds[s], slab_bounds[s+1]).
-        With one slab, the row ranges are not read (and may be empty arrays)."""
+    @njit(cache=True, inline="always")
+    def slab_pass(gout, go_off, go_st, inp, i_off, i_st, grid, gin, gi_off, gi_st, grad_grid,
+                  row_first, row_last, slab_bounds, plane_slab, s, in_shape, out_shape,
+                  need_grid_grad, align_corners):
+        """Slab s: every point's share of grad_input on the slab's planes, in point order,
+        and (if ``need_grid_grad``) the grid gradient of the rows the slab owns."""
         N, C, D, H, W = in_shape
         Do, Ho, Wo = out_shape
         rows = N * Do * Ho
         slabs = slab_bounds.shape[0] - 1
         i_offsets = _corner_offsets(i_st[2], i_st[3], i_st[4])
         gi_offsets = _corner_offsets(gi_st[2], gi_st[3], gi_st[4])
-        for s in prange(slabs):  # slab s alone writes its planes of gin
-            lo, hi = slab_bounds[s], slab_bounds[s + 1]
-            kind, corner, weight, slope = _scratch(Wo, grad_grid.dtype)
-            for row in range(rows):  # every point, in increasing order
-                owner, straddles = True, False
-                if slabs > 1:
-                    first, last = row_first[row], row_last[row]
-                    if last < lo or first >= hi:
-                        continue
-                    straddles = first < lo or last >= hi
-                    # A row's grid gradient is computed by one of the slabs it touches,
-                    # spread by row number so that rows spanning every slab share the work.
-                    owner = s == min(max(row * slabs // rows, plane_slab[first]), plane_slab[last])
-                n, d, h = _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode,
-                                       align_corners, kind, corner, weight, slope)
-                go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
-                gather = need_grid_grad and owner and not nearest
-                for w in range(Wo):
-                    if kind[w] == OUTSIDE:
-                        continue
-                    x0, y0, z0 = corner[0, w], corner[1, w], corner[2, w]
-                    if straddles and not owner and (
-                            n * D + max(z0, 0) >= hi or n * D + min(z0 + corners // 8, D - 1) < lo):
-                        continue
-                    go = go_row + w * go_st[4]
-                    i_at = i_off + n * i_st[0] + z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4]
-                    gi_at = gi_off + n * gi_st[0] + z0 * gi_st[2] + y0 * gi_st[3] + x0 * gi_st[4]
-                    interior = kind[w] == INTERIOR
-                    if straddles:  # only the corners on this slab's planes are written
-                        sx, sy, sz = _backward_point(
-                            gout, go, go_st[1], inp, i_at, i_st[1], i_offsets, gin, gi_at,
-                            gi_st[1], gi_offsets, C, corners, interior, x0, y0, z0, D, H, W,
-                            weight, w, n * D + z0, lo, hi, True, True, gather)
-                    else:
-                        sx, sy, sz = _backward_point(
-                            gout, go, go_st[1], inp, i_at, i_st[1], i_offsets, gin, gi_at,
-                            gi_st[1], gi_offsets, C, corners, interior, x0, y0, z0, D, H, W,
-                            weight, w, 0, 0, 0, False, True, gather)
-                    if need_grid_grad and owner:
-                        p = row * Wo + w
-                        grad_grid[p, 0] = slope[0, w] * sx
-                        grad_grid[p, 1] = slope[1, w] * sy
-                        grad_grid[p, 2] = slope[2, w] * sz
-
-    @njit(parallel=True, cache=True)
-    def grid_gradient(gout, go_off, go_st, inp, i_off, i_st, grid, grad_grid,
-                      in_shape, out_shape, n_chunks, align_corners):
-        """The grid gradient alone: nothing is scattered, so it runs like the forward."""
-        N, C, D, H, W = in_shape
-        Do, Ho, Wo = out_shape
-        rows = N * Do * Ho
-        i_offsets = _corner_offsets(i_st[2], i_st[3], i_st[4])
-        for chunk in prange(n_chunks):  # each chunk of rows writes only its own points
-            kind, corner, weight, slope = _scratch(Wo, grad_grid.dtype)
-            for row in range(chunk * rows // n_chunks, (chunk + 1) * rows // n_chunks):
-                n, d, h = _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode,
-                                       align_corners, kind, corner, weight, slope)
-                go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
-                for w in range(Wo):
+        lo, hi = slab_bounds[s], slab_bounds[s + 1]
+        kind, corner, weight, slope = _scratch(Wo, grad_grid.dtype)
+        for row in range(rows):  # every point, in increasing order
+            owner, straddles = True, False
+            if slabs > 1:
+                first, last = row_first[row], row_last[row]
+                if last < lo or first >= hi:
+                    continue
+                straddles = first < lo or last >= hi
+                # A row's grid gradient is computed by one of the slabs it touches,
+                # spread by row number so that rows spanning every slab share the work.
+                owner = s == min(max(row * slabs // rows, plane_slab[first]), plane_slab[last])
+            n, d, h = _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode,
+                                   align_corners, kind, corner, weight, slope)
+            go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
+            gather = need_grid_grad and owner and not nearest
+            for w in range(Wo):
+                if kind[w] == OUTSIDE:
+                    continue
+                x0, y0, z0 = corner[0, w], corner[1, w], corner[2, w]
+                if straddles and not owner and (
+                        n * D + max(z0, 0) >= hi or n * D + min(z0 + corners // 8, D - 1) < lo):
+                    continue
+                go = go_row + w * go_st[4]
+                i_at = i_off + n * i_st[0] + z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4]
+                gi_at = gi_off + n * gi_st[0] + z0 * gi_st[2] + y0 * gi_st[3] + x0 * gi_st[4]
+                interior = kind[w] == INTERIOR
+                if straddles:  # only the corners on this slab's planes are written
+                    sx, sy, sz = _backward_point(
+                        gout, go, go_st[1], inp, i_at, i_st[1], i_offsets, gin, gi_at,
+                        gi_st[1], gi_offsets, C, corners, interior, x0, y0, z0, D, H, W,
+                        weight, w, n * D + z0, lo, hi, True, True, gather)
+                else:
+                    sx, sy, sz = _backward_point(
+                        gout, go, go_st[1], inp, i_at, i_st[1], i_offsets, gin, gi_at,
+                        gi_st[1], gi_offsets, C, corners, interior, x0, y0, z0, D, H, W,
+                        weight, w, 0, 0, 0, False, True, gather)
+                if need_grid_grad and owner:
                     p = row * Wo + w
-                    sx = sy = sz = typed(0, weight[0, w])
-                    if kind[w] == OUTSIDE:  # its slope may be NaN: write the zeros outright
-                        grad_grid[p, 0] = grad_grid[p, 1] = grad_grid[p, 2] = sx
-                        continue
-                    if not nearest:
-                        x0, y0, z0 = corner[0, w], corner[1, w], corner[2, w]
-                        sx, sy, sz = _backward_point(
-                            gout, go_row + w * go_st[4], go_st[1],
-                            inp, i_off + n * i_st[0] + z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4],
-                            i_st[1], i_offsets, inp, 0, 0, i_offsets, C, corners,
-                            kind[w] == INTERIOR, x0, y0, z0, D, H, W, weight, w, 0, 0, 0,
-                            False, False, True)
                     grad_grid[p, 0] = slope[0, w] * sx
                     grad_grid[p, 1] = slope[1, w] * sy
                     grad_grid[p, 2] = slope[2, w] * sz
 
-    return types.SimpleNamespace(forward=forward, row_planes=row_planes, backward=backward,
-                                 grid_gradient=grid_gradient)
+    @njit(cache=True, inline="always")
+    def gradient_rows(gout, go_off, go_st, inp, i_off, i_st, grid, grad_grid, row_begin,
+                      row_end, in_shape, out_shape, align_corners):
+        """The grid gradient of rows [row_begin, row_end) (every point written)."""
+        N, C, D, H, W = in_shape
+        Do, Ho, Wo = out_shape
+        i_offsets = _corner_offsets(i_st[2], i_st[3], i_st[4])
+        kind, corner, weight, slope = _scratch(Wo, grad_grid.dtype)
+        for row in range(row_begin, row_end):
+            n, d, h = _prepare_row(grid, row, Do, Ho, Wo, D, H, W, nearest, padding_mode,
+                                   align_corners, kind, corner, weight, slope)
+            go_row = go_off + n * go_st[0] + d * go_st[2] + h * go_st[3]
+            for w in range(Wo):
+                p = row * Wo + w
+                sx = sy = sz = typed(0, weight[0, w])
+                if kind[w] == OUTSIDE:  # its slope may be NaN: write the zeros outright
+                    grad_grid[p, 0] = grad_grid[p, 1] = grad_grid[p, 2] = sx
+                    continue
+                if not nearest:
+                    x0, y0, z0 = corner[0, w], corner[1, w], corner[2, w]
+                    sx, sy, sz = _backward_point(
+                        gout, go_row + w * go_st[4], go_st[1],
+                        inp, i_off + n * i_st[0] + z0 * i_st[2] + y0 * i_st[3] + x0 * i_st[4],
+                        i_st[1], i_offsets, inp, 0, 0, i_offsets, C, corners,
+                        kind[w] == INTERIOR, x0, y0, z0, D, H, W, weight, w, 0, 0, 0,
+                        False, False, True)
+                grad_grid[p, 0] = slope[0, w] * sx
+                grad_grid[p, 1] = slope[1, w] * sy
+                grad_grid[p, 2] = slope[2, w] * sz
+
+    @njit(parallel=True, cache=True)
+    def backward(gout, go_off, go_st, inp, i_off, i_st, grid, gin, gi_off, gi_st, grad_grid,
+                 row_first, row_last, slab_bounds, plane_slab, grad_rows, in_shape, out_shape,
+                 need_grid_grad, align_corners):
+        """Both gradients. Parallel iteration t runs slab t, if there is one (slab s alone
+        writes grad_input's planes [slab_bounds[s], slab_bounds[s+1])), and then the grid
+        gradient of rows [grad_rows[t], grad_rows[t+1]), if those bounds exist. With no
+        grad_rows, the slabs compute the grid gradient (if ``need_grid_grad``); with one
+        slab, the row ranges are not read (and may be empty arrays)."""
+        slabs = slab_bounds.shape[0] - 1
+        chunks = max(grad_rows.shape[0] - 1, 0)
+        for t in prange(max(slabs, chunks)):
+            if t < slabs:
+                slab_pass(gout, go_off, go_st, inp, i_off, i_st, grid, gin, gi_off, gi_st,
+                          grad_grid, row_first, row_last, slab_bounds, plane_slab, t,
+                          in_shape, out_shape, need_grid_grad and chunks == 0, align_corners)
+            if t < chunks:
+                gradient_rows(gout, go_off, go_st, inp, i_off, i_st, grid, grad_grid,
+                              grad_rows[t], grad_rows[t + 1], in_shape, out_shape,
+                              align_corners)
+
+    return types.SimpleNamespace(forward=forward, row_planes=row_planes, backward=backward)
