@@ -12,6 +12,7 @@ from helpers import SIXTEEN_BIT, assert_bitwise_equal, assert_close, numpy_array
 
 import volsample
 from volsample import _reference as reference
+from volsample import grid_sample as grid_module
 
 MODES = ["bilinear", "nearest"]
 PADDINGS = ["zeros", "border", "reflection"]
@@ -255,6 +256,55 @@ def test_bitwise_identical_for_any_thread_count(mode, padding_mode, align_corner
     for other in results[1:]:
         for name, a, b in zip(("output", "grad_input", "grad_grid"), results[0], other):
             assert_bitwise_equal(name, a, b)
+
+
+def _strategy_case(strategy, rng):
+    """Inputs that send the backward down each of its parallel strategies on two threads:
+    a grid close to the identity (rows in one or two planes: slabs of planes, some rows
+    straddling two), random points (rows reach everywhere: one slab beside grid-gradient
+    tasks) and two batches (one batch per slab)."""
+    n = 2 if strategy == "batches" else 1
+    x = rng.standard_normal((n, 2, 8, 5, 6)).astype(np.float32)
+    if strategy == "random":
+        grid = rng.uniform(-1.2, 1.2, (n, 8, 5, 6, 3))
+    else:
+        axes = [np.linspace(-1, 1, size) for size in (8, 5, 6)]
+        z, y, x_ = np.meshgrid(*axes, indexing="ij")
+        grid = np.stack([x_, y, z], -1)[None] + rng.normal(0, 0.05, (n, 8, 5, 6, 3))
+    grid = grid.astype(np.float32)
+    grad_out = rng.standard_normal((n, 2, 8, 5, 6)).astype(np.float32)
+    return x, grid, grad_out
+
+
+@pytest.mark.parametrize("strategy", ["slabs", "random", "batches"])
+@pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
+def test_backward_parallel_strategies(strategy, mode, padding_mode, align_corners, monkeypatch):
+    """Every way the backward splits work across threads gives the one-thread bits, and
+    PyTorch's values; the inputs do reach the strategy they are named after."""
+    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    x, grid, grad_out = _strategy_case(strategy, np.random.default_rng(14))
+    kernels = grid_module._kernels(MODE_CODE[mode], PADDING_CODE[padding_mode])
+    _, _, slabs = grid_module._row_ranges_and_slabs(kernels, grid.reshape(-1), x.shape,
+                                                    grid.shape[1:4], 2, align_corners)
+    assert (len(slabs) - 1 == 1) == (strategy == "random"), slabs
+    results = {}
+    previous = volsample.get_num_threads()
+    try:
+        for threads in (1, 2):
+            volsample.set_num_threads(threads)
+            results[threads] = [volsample.grid_sample_3d_backward(
+                grad_out, x, grid, mode, padding_mode, align_corners, mask)
+                for mask in ((True, True), (True, False), (False, True))]
+    finally:
+        volsample.set_num_threads(previous)
+    for one, two in zip(results[1], results[2]):
+        for name, a, b in zip(("grad_input", "grad_grid"), one, two):
+            if a is not None:
+                assert_bitwise_equal(name, a, b)
+    expected = torch_grid_sample_backward(grad_out, x, grid, mode, padding_mode, align_corners)
+    gi, gg = results[2][0]
+    assert_close("grad_input", gi, expected[0], 2e-5, 2e-5)
+    assert_close("grad_grid", gg, expected[1], 2e-5, 2e-5 * max(1, np.abs(expected[1]).max()))
 
 
 def test_any_strides():
