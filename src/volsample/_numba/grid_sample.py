@@ -16,8 +16,11 @@ The input gradient is a scatter, made race-free by giving each parallel iteratio
 input planes (n, z) that only it writes. Every iteration walks the points in increasing
 order (skipping rows that cannot reach its slab) and adds the corners that fall in its
 slab, so each input element receives its terms in increasing point order whatever the slabs
-are: the result is bitwise the same for every thread count. The grid gradient of a point is
-computed once, by the slab holding the point's first plane.
+are: the result is bitwise the same for every thread count. A row's grid gradient is
+computed once, by one of the slabs it touches; when rows reach across the volume (a random
+grid), one slab does the whole scatter and other iterations compute the grid gradient
+beside it. How the planes are split (whole batches when there are enough; otherwise by the
+row plane ranges of ``row_planes``) changes the speed, never the bits.
 """
 from __future__ import annotations
 
