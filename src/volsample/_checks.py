@@ -5,6 +5,7 @@ expected and echoes what came. All checks run before any work is done.
 """
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -178,3 +179,27 @@ def optional_scales(name: str, value, length: int) -> tuple[float | None, ...]:
         raise InvalidArgumentError(
             f"{name}: expected None or {length} numbers-or-None, got {len(items)}: {value!r}")
     return tuple(None if v is None else _finite_real(name, v, value) for v in items)
+
+
+def upsample_output_size(in_spatial, size, scale_factor):
+    """Upsampling's output spatial size and per-axis forward scales (None where ``size``
+    was given), from exactly one of ``size`` and ``scale_factor``."""
+    if (size is None) == (scale_factor is None):
+        raise InvalidArgumentError(
+            "size, scale_factor: expected exactly one of them, got "
+            + ("both" if size is not None else "neither"))
+    if size is not None:
+        if isinstance(size, (list, tuple, np.ndarray)):
+            return int_sequence("size", size, 3, 1), (None, None, None)
+        return (positive_int("size", size),) * 3, (None, None, None)
+    scales = scale_factors("scale_factor", scale_factor, 3)
+    out = tuple(math.floor(n * s) for n, s in zip(in_spatial, scales))  # float64, as PyTorch
+    if max(out) > MAX_SIZE:
+        raise InvalidArgumentError(
+            f"scale_factor: expected an output of at most 2**40 voxels per axis, got "
+            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
+    if min(out) < 1:
+        raise InvalidArgumentError(
+            f"scale_factor: expected an output of at least 1 voxel per axis, got "
+            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
+    return out, scales

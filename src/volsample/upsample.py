@@ -39,29 +39,6 @@ def _chunk(dst_shape, layout, threads):
     return chunk, groups * -(-planes // chunk)
 
 
-def _output_size(in_spatial, size, scale_factor):
-    """Output spatial size and per-axis forward scales (None where ``size`` was given)."""
-    if (size is None) == (scale_factor is None):
-        raise _checks.InvalidArgumentError(
-            "size, scale_factor: expected exactly one of them, got "
-            + ("both" if size is not None else "neither"))
-    if size is not None:
-        if isinstance(size, (list, tuple, np.ndarray)):
-            return _checks.int_sequence("size", size, 3, 1), (None, None, None)
-        return (_checks.positive_int("size", size),) * 3, (None, None, None)
-    scales = _checks.scale_factors("scale_factor", scale_factor, 3)
-    out = tuple(math.floor(n * s) for n, s in zip(in_spatial, scales))  # float64, as PyTorch
-    if max(out) > _checks.MAX_SIZE:
-        raise _checks.InvalidArgumentError(
-            f"scale_factor: expected an output of at most 2**40 voxels per axis, got "
-            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
-    if min(out) < 1:
-        raise _checks.InvalidArgumentError(
-            f"scale_factor: expected an output of at least 1 voxel per axis, got "
-            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
-    return out, scales
-
-
 def _resample(src, dst_shape, align_corners, scales, layout, transposed):
     """The logical volume ``src`` mapped to a new logical volume of ``dst_shape`` in
     ``layout``: by the forward's maps, or with ``transposed`` by their adjoints. Returns
@@ -190,7 +167,7 @@ def upsample_trilinear_3d(input, size=None, scale_factor=None, align_corners=Fal
     input = _checks.array("input", input, 5)
     volume = _layout.logical(input, layout)
     _checks.nonempty_spatial("input", volume.shape[2:])
-    out_spatial, scales = _output_size(volume.shape[2:], size, scale_factor)
+    out_spatial, scales = _checks.upsample_output_size(volume.shape[2:], size, scale_factor)
     out = _resample(volume, volume.shape[:2] + out_spatial, align_corners, scales, layout,
                     transposed=False)
     return _layout.physical(out, layout).astype(input.dtype, copy=False)

@@ -176,7 +176,7 @@ def upsample_trilinear(input, size=None, scale_factor=None, align_corners=False)
     """
     _common.tensor("input", input)
     _checks.nonempty_spatial("input", tuple(input.shape[2:]))
-    output_size, scales = _numpy_api._output_size(tuple(input.shape[2:]), size, scale_factor)
+    output_size, scales = _checks.upsample_output_size(tuple(input.shape[2:]), size, scale_factor)
     return upsample_trilinear3d(input, list(output_size),
                                 _checks.boolean("align_corners", align_corners),
                                 None if scales[0] is None else list(scales))
