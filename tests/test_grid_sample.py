@@ -307,6 +307,36 @@ def test_backward_parallel_strategies(strategy, mode, padding_mode, align_corner
     assert_close("grad_grid", gg, expected[1], 2e-5, 2e-5 * max(1, np.abs(expected[1]).max()))
 
 
+@pytest.mark.parametrize("far", [4.6, -7.3, 50.0, 1e6])
+@pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
+def test_backward_slabs_with_points_far_outside(far, mode, padding_mode, align_corners,
+                                                monkeypatch):
+    """Rows whose points lie far outside [-1, 1] (reflection folds them back in, border
+    clips them to an end plane, zeros drops them) are sent to the slabs their points
+    really touch: two threads give the one-thread bits and PyTorch's values."""
+    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((1, 2, 8, 5, 6)).astype(np.float32)
+    axes = [np.linspace(-1, 1, size) for size in (8, 5, 6)]
+    z, y, x_ = np.meshgrid(*axes, indexing="ij")
+    z = np.where(z > 0, far + 0.1 * x_, z)  # the second half of the rows lies far outside
+    grid = np.stack([x_, y, z], -1)[None].astype(np.float32)
+    grad_out = rng.standard_normal((1, 2, 8, 5, 6)).astype(np.float32)
+    results = {}
+    previous = volsample.get_num_threads()
+    try:
+        for threads in (1, 2):
+            volsample.set_num_threads(threads)
+            results[threads] = volsample.grid_sample_3d_backward(
+                grad_out, x, grid, mode, padding_mode, align_corners)
+    finally:
+        volsample.set_num_threads(previous)
+    for name, a, b in zip(("grad_input", "grad_grid"), results[1], results[2]):
+        assert_bitwise_equal(name, a, b)
+    expected = torch_grid_sample_backward(grad_out, x, grid, mode, padding_mode, align_corners)
+    assert_close("grad_input", results[2][0], expected[0], 2e-5, 2e-5)
+
+
 def test_any_strides():
     """Slices, negative strides, transposed grids and broadcast volumes give the same
     result as their contiguous copies."""

@@ -180,13 +180,16 @@ def _backward_point(gout, go, go_c, inp, i_base, i_c, i_offsets, gin, gi_base, g
 def _plane_span(low, high, D, nearest, padding_mode, align_corners):
     """The planes (lowest, highest) that points with z coordinates in [low, high] can
     touch, for a padding under which the voxel coordinate grows with the normalised one
-    (zeros, border; reflection for a single point); first > last if none. Coordinates
-    are clipped to [-3, 3] first: points beyond touch the same planes (none, or an end
-    one) and infinities never reach the arithmetic; NaN makes an empty span."""
-    three = typed(3, low)
-    low, high = max(low, -three), min(high, three)
-    if not low <= high:
+    (zeros, border; reflection for a single point); first > last if none. Under zeros and
+    border padding, coordinates are clipped to [-3, 3] first: points beyond touch the same
+    planes (none, or an end one) and infinities never reach the arithmetic. Reflection
+    folds any finite point back in, so there only a non-finite point touches nothing.
+    NaN makes an empty span."""
+    if not low <= high or (padding_mode == REFLECTION and not np.isfinite(low)):
         return np.int64(1), np.int64(0)
+    if padding_mode != REFLECTION:
+        three = typed(3, low)
+        low, high = min(max(low, -three), three), min(max(high, -three), three)
     i_low, _ = source_index(low, D, padding_mode, align_corners)
     i_high, _ = source_index(high, D, padding_mode, align_corners)
     if nearest:
