@@ -147,7 +147,7 @@ def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_m
 def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, padding_code,
               align_corners):
     want_input, want_grid = grad_input is not None, grad_grid is not None
-    N, C, D = volume.shape[:3]
+    N, C = volume.shape[:2]
     points = int(np.prod(grid.shape[:4]))
     in_shape, out_shape = _shapes(volume, grid)
     go_b, go_o, go_s = flat(_dtypes.as_compute(gout, compute))
@@ -157,15 +157,13 @@ def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, pad
     threads = _config.threads_for(points * C)
     kernels = _kernels(mode_code, padding_code)
     rows = N * out_shape[0] * out_shape[1]
-    if want_input:
-        gi_b, gi_o, gi_s = flat(grad_input)
-    else:  # no slabs: only grid-gradient tasks run
-        gi_b, gi_o, gi_s = np.empty(1, compute), 0, (0,) * 5
     with _config.parallel_launch(threads):
         if want_input:
+            gi_b, gi_o, gi_s = flat(grad_input)
             row_first, row_last, slabs = _row_ranges_and_slabs(
                 kernels, grid_b, in_shape, out_shape, threads, align_corners)
-        else:
+        else:  # no slabs: only grid-gradient tasks run
+            gi_b, gi_o, gi_s = np.empty(1, compute), 0, (0,) * 5
             row_first = row_last = np.empty(0, np.int64)
             slabs = np.zeros(1, np.int64)
         grad_rows = _gradient_row_bounds(rows, threads, want_input, want_grid, len(slabs) - 1)
