@@ -1,0 +1,48 @@
+// Python bindings of the grid-sampling kernels.
+#include "bindings.h"
+
+namespace nb = nanobind;
+
+namespace vs {
+
+void bind_grid_sample(nb::module_& m) {
+  m.def(
+      "grid_sample_forward",
+      [](nb::handle input, nb::handle grid, nb::handle output, int mode, int padding,
+         bool align_corners, int threads) {
+        GridSampleArgs a;
+        a.input = strided(input);
+        a.grid = strided(grid);
+        a.output = strided(output);
+        a.mode = mode;
+        a.padding = padding;
+        a.align_corners = align_corners;
+        a.threads = threads;
+        nb::gil_scoped_release release;
+        active_kernels().grid_sample_forward(a);
+      },
+      nb::arg("input"), nb::arg("grid"), nb::arg("output"), nb::arg("mode"), nb::arg("padding"),
+      nb::arg("align_corners"), nb::arg("threads"));
+  m.def(
+      "grid_sample_backward",
+      [](nb::handle grad_output, nb::handle input, nb::handle grid, nb::handle grad_input,
+         nb::handle grad_grid, int mode, int padding, bool align_corners, int threads) {
+        GridSampleArgs a;
+        a.grad_output = strided(grad_output);
+        a.input = strided(input);
+        a.grid = strided(grid);
+        a.grad_input = strided(grad_input);
+        a.grad_grid = strided(grad_grid);
+        a.mode = mode;
+        a.padding = padding;
+        a.align_corners = align_corners;
+        a.threads = threads;
+        nb::gil_scoped_release release;
+        active_kernels().grid_sample_backward(a);
+      },
+      nb::arg("grad_output"), nb::arg("input"), nb::arg("grid"), nb::arg("grad_input").none(),
+      nb::arg("grad_grid").none(), nb::arg("mode"), nb::arg("padding"), nb::arg("align_corners"),
+      nb::arg("threads"));
+}
+
+}  // namespace vs

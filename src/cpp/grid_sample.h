@@ -1,0 +1,31 @@
+// Grid sampling kernels' arguments (the launcher contract of the C++ backend).
+#pragma once
+
+#include "tensor.h"
+
+namespace vs {
+
+// Operands of one grid-sampling call, checked and normalised by the Python layer:
+// volumes in logical (N, C, D, H, W) order with any strides, grids (N, Do, Ho, Wo, 3).
+// Absent operands (a gradient not asked for) have data == nullptr.
+struct GridSampleArgs {
+  Strided input;        // (N, C, D, H, W)
+  Strided grid;         // (N, Do, Ho, Wo, 3)
+  Strided output;       // forward: (N, C, Do, Ho, Wo)
+  Strided grad_output;  // backward: (N, C, Do, Ho, Wo)
+  Strided grad_input;   // backward: like input, or absent
+  Strided grad_grid;    // backward: like grid, or absent
+  int mode = BILINEAR;
+  int padding = ZEROS;
+  bool align_corners = false;
+  int threads = 1;
+};
+
+#ifdef VS_ISA
+namespace VS_ISA {
+void grid_sample_forward(const GridSampleArgs& args);
+void grid_sample_backward(const GridSampleArgs& args);
+}  // namespace VS_ISA
+#endif
+
+}  // namespace vs

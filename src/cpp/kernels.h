@@ -1,0 +1,26 @@
+// The kernel table: one per instruction set the extension was built for. The kernel
+// sources are compiled once per ISA with VS_ISA naming the namespace they land in
+// (vs::scalar, vs::avx2, vs::avx512); the module picks one table at run time.
+#pragma once
+
+#include "grid_sample.h"
+#include "upsample.h"
+
+namespace vs {
+
+struct KernelTable {
+  const char* isa;
+  void (*grid_sample_forward)(const GridSampleArgs&);
+  void (*grid_sample_backward)(const GridSampleArgs&);
+  void (*upsample_forward)(const UpsampleArgs&);
+  void (*upsample_backward)(const UpsampleArgs&);
+};
+
+namespace scalar { const KernelTable& kernel_table(); }
+namespace avx2 { const KernelTable& kernel_table(); }
+namespace avx512 { const KernelTable& kernel_table(); }
+
+// The table in use (set by the module from the CPU's features or VOLSAMPLE_CPU_ISA).
+const KernelTable& active_kernels();
+
+}  // namespace vs
