@@ -1,0 +1,51 @@
+"""The compiled CPU core's instruction-set choice: VOLSAMPLE_CPU_ISA, set_isa, and the
+errors for a name that is unknown or that this CPU cannot run. (That every ISA computes the
+scalar path's bits is tested per operator in test_cpu_isa*.py.)"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from volsample import _cpu
+
+
+def _isa_in_child(value):
+    env = dict(os.environ, VOLSAMPLE_CPU_ISA=value)
+    return subprocess.run([sys.executable, "-c", "from volsample import _cpu; print(_cpu.isa())"],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_scalar_is_always_supported_and_the_best_is_chosen_by_default():
+    supported = _cpu.supported_isas()
+    assert supported[0] == "scalar"
+    result = _isa_in_child("")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == supported[-1]
+
+
+@pytest.mark.parametrize("name", _cpu.supported_isas())
+def test_environment_variable_chooses_the_isa(name):
+    result = _isa_in_child(name)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == name
+
+
+def test_unknown_isa_in_the_environment_fails_the_import_with_the_choices():
+    result = _isa_in_child("neon9000")
+    assert result.returncode != 0
+    assert "VOLSAMPLE_CPU_ISA" in result.stderr and "scalar" in result.stderr
+
+
+def test_set_isa_switches_and_rejects_unknown_names():
+    before = _cpu.isa()
+    try:
+        _cpu.set_isa("scalar")
+        assert _cpu.isa() == "scalar"
+        with pytest.raises(ValueError, match="expected one of scalar"):
+            _cpu.set_isa("sse9")
+        assert _cpu.isa() == "scalar"
+    finally:
+        _cpu.set_isa(before)
