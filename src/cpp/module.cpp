@@ -29,7 +29,7 @@ struct IsaEntry {
 };
 
 bool always() { return true; }
-#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__x86_64__)
 bool has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -45,7 +45,7 @@ bool has_avx512() {
 const std::vector<IsaEntry>& built_isas() {
   static const std::vector<IsaEntry> isas = {
       {"scalar", scalar::kernel_table, always},
-#if defined(__x86_64__) || defined(_M_X64)
+#if defined(__x86_64__)
       {"avx2", avx2::kernel_table, has_avx2},
       {"avx512", avx512::kernel_table, has_avx512},
 #endif
