@@ -490,7 +490,7 @@ GRID = torch.zeros(1, 2, 2, 2, 3)
      r"mode: expected one of"),
     (lambda: vt.grid_sample(X, GRID, padding_mode="circular"), InvalidArgumentError,
      r"padding_mode: expected one of"),
-    (lambda: vt.grid_sample(X, GRID, align_corners=None), InvalidArgumentError,
+    (lambda: vt.grid_sample(X, GRID, align_corners="yes"), InvalidArgumentError,
      r"align_corners: expected a bool"),
     (lambda: vt.grid_sample(X, GRID[..., :2]), InvalidArgumentError, r"last dimension 3"),
     (lambda: vt.grid_sample(X, GRID.expand(2, -1, -1, -1, -1)), InvalidArgumentError,

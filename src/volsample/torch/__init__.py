@@ -5,7 +5,8 @@
 ``torch.ops.volsample.grid_sampler_3d`` / ``grid_sampler_3d_backward`` /
 ``upsample_trilinear3d`` / ``upsample_trilinear3d_backward`` (registered on import), which
 carry autograd and work under ``torch.compile``: the CPU kernels on CPU tensors, the
-Triton kernels on CUDA tensors.
+Triton kernels on CUDA tensors. Both AD modes (torch.autograd.forward_ad, torch.func) and
+double backward work. ``patch()`` routes ``F.grid_sample`` / ``F.interpolate`` here.
 """
 try:
     import torch  # noqa: F401
@@ -15,6 +16,7 @@ except ImportError as error:
         "`import volsample`, works without it") from error
 
 from ._grid_sample import grid_sample
+from ._patch import patch, unpatch
 from ._upsample import upsample_trilinear
 
-__all__ = ["grid_sample", "upsample_trilinear"]
+__all__ = ["grid_sample", "upsample_trilinear", "patch", "unpatch"]

@@ -8,7 +8,11 @@ torch layer adds no copy in either direction.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
+import numbers
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -73,6 +77,50 @@ def from_numpy(arr: np.ndarray, layout: str = "NCDHW") -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------
+# Errors: volsample's classes and messages, and also what PyTorch raises for the mistake
+# ---------------------------------------------------------------------------------------
+
+
+class ArgumentError(_checks.InvalidArgumentError, RuntimeError):
+    """A bad value, shape or mode (PyTorch raises RuntimeError, or ValueError for mode
+    strings and for size/scale_factor both or neither: this is both)."""
+
+
+class DTypeError(_checks.UnsupportedDTypeError, NotImplementedError):
+    """A tensor of an unsupported or mismatched dtype (PyTorch: NotImplementedError for
+    integer tensors, RuntimeError for mixed ones; NotImplementedError is a RuntimeError)."""
+
+
+class ArgumentTypeError(_checks.InvalidArgumentError, TypeError, RuntimeError):
+    """An argument of the wrong Python type: a float size, a non-bool align_corners
+    (PyTorch: TypeError)."""
+
+
+_TORCH_CLASS = {_checks.InvalidArgumentError: ArgumentError,
+                _checks.UnsupportedDTypeError: DTypeError}
+
+
+@contextlib.contextmanager
+def torch_errors():
+    """Re-raise the shared checks' errors as the torch layer's classes (same message)."""
+    try:
+        yield
+    except (ArgumentError, DTypeError, ArgumentTypeError):
+        raise
+    except _checks.VolsampleError as error:
+        raise _TORCH_CLASS[type(error)](str(error)).with_traceback(error.__traceback__) from None
+
+
+def raises_torch_errors(fn):
+    """Decorate a check or entry point so that its errors are the torch layer's classes."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch_errors():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------
 # Torch-level checks (the NumPy API's own checks run again on CPU tensors)
 # ---------------------------------------------------------------------------------------
 
@@ -82,13 +130,11 @@ _DTYPE_NAMES = "torch.float16, torch.bfloat16, torch.float32 or torch.float64"
 def tensor(name: str, value) -> torch.Tensor:
     """``value`` as a 5-D tensor of a supported dtype (every operand here is 5-D)."""
     if not isinstance(value, torch.Tensor):
-        raise _checks.UnsupportedDTypeError(
-            f"{name}: expected a torch.Tensor, got {type(value).__name__}")
+        raise DTypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
     if value.dtype not in _TO_NUMPY:
-        raise _checks.UnsupportedDTypeError(
-            f"{name}: expected dtype {_DTYPE_NAMES}, got {value.dtype}")
+        raise DTypeError(f"{name}: expected dtype {_DTYPE_NAMES}, got {value.dtype}")
     if value.dim() != 5:
-        raise _checks.InvalidArgumentError(
+        raise ArgumentError(
             f"{name}: expected a 5-D tensor, got {value.dim()}-D with shape {tuple(value.shape)}")
     return value
 
@@ -98,13 +144,71 @@ def same_device(**tensors: torch.Tensor) -> None:
     devices = {t.device for t in tensors.values()}
     if len(devices) > 1:
         found = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
-        raise _checks.InvalidArgumentError(f"expected all tensors on one device, got {found}")
+        raise ArgumentError(f"expected all tensors on one device, got {found}")
 
 
 def same_dtype(name: str, t: torch.Tensor, reference_name: str, reference: torch.Tensor) -> None:
     if t.dtype != reference.dtype:
-        raise _checks.UnsupportedDTypeError(f"{name}: expected dtype {reference.dtype} "
-                                            f"(the dtype of {reference_name}), got {t.dtype}")
+        raise DTypeError(f"{name}: expected dtype {reference.dtype} "
+                         f"(the dtype of {reference_name}), got {t.dtype}")
+
+
+def align_corners(value) -> bool:
+    """PyTorch's ``align_corners``: a bool, or None for its default, False (PyTorch warns
+    for grid_sample; volsample does not)."""
+    if value is None:
+        return False
+    if not isinstance(value, (bool, np.bool_)):
+        raise ArgumentTypeError(
+            f"align_corners: expected a bool or None, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def integer_sizes(name: str, value) -> None:
+    """Sizes are integers (PyTorch raises TypeError for a float size); their values are
+    checked by the shared checks."""
+    items = value if isinstance(value, (list, tuple)) else (value,)
+    for v in items:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, torch.SymInt)):
+            raise ArgumentTypeError(
+                f"{name}: expected integers, got {type(v).__name__} {v!r} in {value!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# Autograd entry: a torch.autograd.Function in eager mode (forward- and reverse-mode AD,
+# torch.func), the op itself while torch.compile traces (Dynamo cannot trace a Function
+# with a custom jvp; the op's own Autograd kernel carries both modes there)
+# ---------------------------------------------------------------------------------------
+
+
+_AUTOGRAD_LIBRARY = torch.library.Library("volsample", "IMPL")
+
+
+def set_autograd_kernels(functions: dict) -> None:
+    """Make each ``torch.autograd.Function`` (by op name) its custom op's Autograd kernel (replacing the
+    backward-only one that ``torch.library.custom_op`` makes), so that calling an op
+    directly has both AD modes too. torch.func transforms reach Functions only through
+    ``Function.apply`` at the top, never from inside an op's kernel: those get a clear error.
+    """
+    for name, function in functions.items():
+        def kernel(*args, _op_name=name, _function=function):
+            if torch._C._are_functorch_transforms_active():
+                raise RuntimeError(
+                    f"torch.ops.volsample.{_op_name}: torch.func transforms are not supported "
+                    f"on the op called directly; call volsample.torch.grid_sample / "
+                    f"upsample_trilinear, which support them")
+            return _function.apply(*args)
+
+        with warnings.catch_warnings():  # "overriding a previously registered kernel"
+            warnings.simplefilter("ignore", UserWarning)
+            _AUTOGRAD_LIBRARY.impl(name, kernel, "Autograd")
+
+
+def call(function, op, *args):
+    """``function.apply(*args)`` in eager mode, ``op(*args)`` under torch.compile."""
+    if torch.compiler.is_compiling():
+        return op(*args)
+    return function.apply(*args)
 
 
 # ---------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import torch
 
 from .. import _checks, _config
 from .. import grid_sample as _numpy_api
-from . import _common
+from . import _common, _grid_derivatives
 
 _MODE_NAMES = {code: name for name, code in _checks.MODES.items()}
 _PADDING_NAMES = {code: name for name, code in _checks.PADDING_MODES.items()}
@@ -27,9 +27,10 @@ def _check_code(name: str, value, names: dict) -> None:
     """An integer mode of the op (the public function takes the strings)."""
     if isinstance(value, bool) or value not in names:
         choices = ", ".join(f"{code} ({mode})" for code, mode in names.items())
-        raise _checks.InvalidArgumentError(f"{name}: expected one of {choices}, got {value!r}")
+        raise _common.ArgumentError(f"{name}: expected one of {choices}, got {value!r}")
 
 
+@_common.raises_torch_errors
 def _check(input, grid, interpolation_mode, padding_mode, align_corners):
     """Checks every device needs before its kernels run (and the fake before it makes a
     shape): the tensors, their device, the modes, and the shapes and dtypes that fit."""
@@ -54,6 +55,7 @@ def _check(input, grid, interpolation_mode, padding_mode, align_corners):
             f"with a float16/bfloat16 input, got {grid.dtype}")
 
 
+@_common.raises_torch_errors
 def _check_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
                     output_mask):
     _check(input, grid, interpolation_mode, padding_mode, align_corners)
@@ -137,19 +139,259 @@ def _unasked(like: torch.Tensor) -> torch.Tensor:
     return like.new_empty((0,))
 
 
-def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:2])
-    ctx.modes = inputs[2:]  # interpolation_mode, padding_mode, align_corners
+# ---------------------------------------------------------------------------------------
+# Derivatives along a grid direction (trilinear; what forward-mode AD and the double
+# backward need beyond the forward and backward ops). Plain torch ops, on every device.
+# ---------------------------------------------------------------------------------------
+
+_JVP_SCHEMA = ("(Tensor input, Tensor grid, Tensor grid_tangent, int interpolation_mode, "
+               "int padding_mode, bool align_corners) -> Tensor")
+_BACKWARD_JVP_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, Tensor grid_tangent, "
+                        "int interpolation_mode, int padding_mode, bool align_corners, "
+                        "bool[] output_mask) -> (Tensor, Tensor)")
 
 
-def _backward(ctx, grad_output):
-    input, grid = ctx.saved_tensors
-    mask = list(ctx.needs_input_grad[:2])  # an ungrad'ed operand costs nothing
-    grad_input, grad_grid = grid_sampler_3d_backward(grad_output, input, grid, *ctx.modes, mask)
-    return grad_input if mask[0] else None, grad_grid if mask[1] else None, None, None, None
+@_common.raises_torch_errors
+def _check_tangent(grid_tangent, grid):
+    _common.tensor("grid_tangent", grid_tangent)
+    _common.same_device(grid_tangent=grid_tangent, grid=grid)
+    _checks.shape_equal("grid_tangent", grid_tangent.shape, grid.shape, "grid's shape")
 
 
-grid_sampler_3d.register_autograd(_backward, setup_context=_setup_context)
+@torch.library.custom_op("volsample::grid_sampler_3d_jvp", mutates_args=(),
+                         device_types=("cpu", "cuda"), schema=_JVP_SCHEMA)
+@_common.raises_torch_errors
+def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_mode,
+                        align_corners):
+    """The derivative of ``grid_sampler_3d(input, grid)`` along ``grid_tangent`` (a grid
+    of directions); 0 for nearest sampling. The input's shape, dtype and memory format."""
+    _check(input, grid, interpolation_mode, padding_mode, align_corners)
+    _check_tangent(grid_tangent, grid)
+    if interpolation_mode == _checks.MODES["nearest"]:
+        return _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode,
+                                         padding_mode, align_corners).zero_()
+    out = _grid_derivatives.forward_grid_jvp(input, grid, grid_tangent, padding_mode,
+                                             align_corners)
+    return out.contiguous(memory_format=_common.memory_format(input))
+
+
+@grid_sampler_3d_jvp.register_fake
+@_common.raises_torch_errors
+def _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode, padding_mode,
+                              align_corners):
+    _check(input, grid, interpolation_mode, padding_mode, align_corners)
+    _check_tangent(grid_tangent, grid)
+    return _common.empty_volume(tuple(input.shape[:2]) + tuple(grid.shape[1:4]), input)
+
+
+@torch.library.custom_op("volsample::grid_sampler_3d_backward_jvp", mutates_args=(),
+                         device_types=("cpu", "cuda"), schema=_BACKWARD_JVP_SCHEMA)
+@_common.raises_torch_errors
+def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpolation_mode,
+                                 padding_mode, align_corners, output_mask):
+    """The derivatives of ``grid_sampler_3d_backward``'s (grad_input, grad_grid) along
+    ``grid_tangent``, with the backward's shapes, dtypes and memory formats; 0 for nearest
+    sampling. The backward's Jacobian in the grid is its Hessian block, symmetric, so these
+    also are the double backward's terms of an incoming grad_grid gradient."""
+    want_input, want_grid = _check_backward(grad_output, input, grid, interpolation_mode,
+                                            padding_mode, align_corners, output_mask)
+    _check_tangent(grid_tangent, grid)
+    if interpolation_mode == _checks.MODES["nearest"]:
+        grad_input, grad_grid = _grid_sampler_3d_backward_fake(
+            grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
+            output_mask)
+        return grad_input.zero_(), grad_grid.zero_()
+    grad_input, grad_grid = _grid_derivatives.backward_grid_jvp(
+        grad_output, input, grid, grid_tangent, padding_mode, align_corners, want_input,
+        want_grid)
+    return (_unasked(input) if grad_input is None
+            else grad_input.contiguous(memory_format=_common.memory_format(input)),
+            _unasked(grid) if grad_grid is None else grad_grid)
+
+
+@grid_sampler_3d_backward_jvp.register_fake
+@_common.raises_torch_errors
+def _grid_sampler_3d_backward_jvp_fake(grad_output, input, grid, grid_tangent,
+                                       interpolation_mode, padding_mode, align_corners,
+                                       output_mask):
+    _check_tangent(grid_tangent, grid)
+    return _grid_sampler_3d_backward_fake(grad_output, input, grid, interpolation_mode,
+                                          padding_mode, align_corners, output_mask)
+
+
+# ---------------------------------------------------------------------------------------
+# Autograd: one torch.autograd.Function per op, with backward and jvp, that only calls
+# the other Functions (so that derivatives of derivatives, and torch.func's nested
+# transforms, stay inside them). Each also is its op's Autograd kernel.
+# ---------------------------------------------------------------------------------------
+
+_NEAREST = _checks.MODES["nearest"]
+
+
+def _given(t):
+    """Whether an incoming gradient or tangent carries something (an unasked output's
+    gradient arrives as None or as an empty tensor)."""
+    return t is not None and t.numel() > 0
+
+
+def _add(a, b):
+    return b if a is None else a if b is None else a + b
+
+
+def _forward(input, grid, *modes):
+    return _common.call(_GridSampler3d, grid_sampler_3d, input, grid, *modes)
+
+
+def _backward_op(grad_output, input, grid, *modes_and_mask):
+    return _common.call(_GridSampler3dBackward, grid_sampler_3d_backward, grad_output, input,
+                        grid, *modes_and_mask)
+
+
+def _grid_jvp(input, grid, tangent, *modes):
+    return _common.call(_GridJvp, grid_sampler_3d_jvp, input, grid, tangent, *modes)
+
+
+def _backward_grid_jvp(grad_output, input, grid, tangent, *modes_and_mask):
+    return _common.call(_BackwardJvp, grid_sampler_3d_backward_jvp, grad_output, input, grid,
+                        tangent, *modes_and_mask)
+
+
+def _below_autograd(op, *args):
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
+
+
+class _GridSampler3d(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(input, grid, interpolation_mode, padding_mode, align_corners):
+        return _below_autograd(grid_sampler_3d, input, grid, interpolation_mode, padding_mode,
+                               align_corners)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:2])
+        ctx.save_for_forward(*inputs[:2])
+        ctx.modes = inputs[2:]  # interpolation_mode, padding_mode, align_corners
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, grid = ctx.saved_tensors
+        mask = list(ctx.needs_input_grad[:2])  # an ungrad'ed operand costs nothing
+        grad_input, grad_grid = _backward_op(grad_output, input, grid, *ctx.modes, mask)
+        return grad_input if mask[0] else None, grad_grid if mask[1] else None, None, None, None
+
+    @staticmethod
+    def jvp(ctx, input_tangent, grid_tangent, *_):
+        # Linear in the input; along the grid, the derivative of the weights.
+        input, grid = ctx.saved_tensors
+        out = None
+        if input_tangent is not None:
+            out = _forward(input_tangent, grid, *ctx.modes)
+        if grid_tangent is not None:
+            out = _add(out, _grid_jvp(input, grid, grid_tangent, *ctx.modes))
+        return out
+
+
+class _GridSampler3dBackward(torch.autograd.Function):
+    """The backward as a function of (grad_output, input, grid): linear in grad_output and
+    in input; its grid derivatives are the second derivatives of the forward."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
+                output_mask):
+        return _below_autograd(grid_sampler_3d_backward, grad_output, input, grid,
+                               interpolation_mode, padding_mode, align_corners, output_mask)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:3])
+        ctx.save_for_forward(*inputs[:3])
+        ctx.modes = inputs[3:6]
+        ctx.output_mask = list(inputs[6])
+        ctx.mark_non_differentiable(*(t for t, m in zip(output, ctx.output_mask) if not m))
+
+    @staticmethod
+    def backward(ctx, grad_grad_input, grad_grad_grid):
+        grad_output, input, grid = ctx.saved_tensors
+        want_go, want_input, want_grid = ctx.needs_input_grad[:3]
+        ggi = grad_grad_input if ctx.output_mask[0] and _given(grad_grad_input) else None
+        ggg = grad_grad_grid if ctx.output_mask[1] and _given(grad_grad_grid) else None
+        bilinear = ctx.modes[0] != _NEAREST
+        g_go = g_input = g_grid = None
+        if want_go:  # the backward is the adjoint: its own adjoint is the forward
+            if ggi is not None:
+                g_go = _forward(ggi, grid, *ctx.modes)
+            if ggg is not None and bilinear:
+                g_go = _add(g_go, _grid_jvp(input, grid, ggg, *ctx.modes))
+        if ggg is not None and bilinear and (want_input or want_grid):
+            g_input, g_grid = _backward_grid_jvp(grad_output, input, grid, ggg, *ctx.modes,
+                                                 [want_input, want_grid])
+        if want_grid and ggi is not None and bilinear:  # grad_input's own grid derivative
+            g_grid = _add(g_grid, _backward_op(grad_output, ggi, grid, *ctx.modes,
+                                               [False, True])[1])
+        return (g_go if want_go else None, g_input if want_input else None,
+                g_grid if want_grid else None, None, None, None, None)
+
+    @staticmethod
+    def jvp(ctx, go_tangent, input_tangent, grid_tangent, *_):
+        grad_output, input, grid = ctx.saved_tensors
+        want_input, want_grid = ctx.output_mask
+        bilinear = ctx.modes[0] != _NEAREST
+        grad_input = grad_grid = None
+        if go_tangent is not None:
+            grad_input, grad_grid = _backward_op(go_tangent, input, grid, *ctx.modes,
+                                                 ctx.output_mask)
+        if input_tangent is not None and want_grid and bilinear:
+            grad_grid = _add(grad_grid, _backward_op(grad_output, input_tangent, grid,
+                                                     *ctx.modes, [False, True])[1])
+        if grid_tangent is not None and bilinear:
+            gi, gg = _backward_grid_jvp(grad_output, input, grid, grid_tangent, *ctx.modes,
+                                        ctx.output_mask)
+            grad_input, grad_grid = _add(grad_input, gi), _add(grad_grid, gg)
+        zeros = _grid_sampler_3d_backward_fake(grad_output, input, grid, *ctx.modes,
+                                               ctx.output_mask)
+        return (grad_input if want_input and grad_input is not None else zeros[0].zero_(),
+                grad_grid if want_grid and grad_grid is not None else zeros[1].zero_())
+
+
+class _ThirdOrderUnsupported(torch.autograd.Function):
+    """Base of the grid-direction derivative ops' Functions: their own derivatives would
+    be third derivatives of grid sampling, which volsample does not provide."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("volsample.torch: third derivatives of grid sampling are not "
+                                  "supported (first and second derivatives are)")
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        _ThirdOrderUnsupported.backward(ctx)
+
+
+class _GridJvp(_ThirdOrderUnsupported):
+    @staticmethod
+    def forward(*args):
+        return _below_autograd(grid_sampler_3d_jvp, *args)
+
+
+class _BackwardJvp(_ThirdOrderUnsupported):
+    @staticmethod
+    def forward(*args):
+        return _below_autograd(grid_sampler_3d_backward_jvp, *args)
+
+
+_common.set_autograd_kernels({"grid_sampler_3d": _GridSampler3d,
+                              "grid_sampler_3d_backward": _GridSampler3dBackward,
+                              "grid_sampler_3d_jvp": _GridJvp,
+                              "grid_sampler_3d_backward_jvp": _BackwardJvp})
 
 
 def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False):
@@ -168,8 +410,9 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
         "bilinear" is trilinear interpolation; "nearest" rounds half to even.
     padding_mode : {"zeros", "border", "reflection"}
         What points outside the volume read.
-    align_corners : bool
-        True: -1 and +1 are the centres of the corner voxels; False: their outer edges.
+    align_corners : bool or None
+        True: -1 and +1 are the centres of the corner voxels; False (or None, PyTorch's
+        default): their outer edges.
 
     Returns
     -------
@@ -180,8 +423,9 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     Runs ``torch.ops.volsample.grid_sampler_3d``, which works under ``torch.compile``.
     CPU tensors are computed in place in their own memory (no copies); 16-bit data is
     computed in float32 and rounded once, more accurately than PyTorch's CPU kernel. The
-    gradient for ``grid`` is computed only when ``grid`` requires it. Double backward is
-    not supported (nor is it by PyTorch for 5-D grid sampling).
+    gradient for ``grid`` is computed only when ``grid`` requires it. Forward-mode AD
+    (``torch.autograd.forward_ad``, ``torch.func.jvp``/``jacfwd``) and double backward
+    work (second derivatives; third ones raise). ``align_corners=None`` means False.
 
     Examples
     --------
@@ -191,7 +435,9 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     >>> volsample.torch.grid_sample(volume, centre, align_corners=True).flatten()
     tensor([3.5000])
     """
-    _common.tensor("input", input)
-    _common.tensor("grid", grid)
-    return grid_sampler_3d(input, grid, _checks.mode_code(mode), _checks.padding_code(padding_mode),
-                           _checks.boolean("align_corners", align_corners))
+    with _common.torch_errors():
+        _common.tensor("input", input)
+        _common.tensor("grid", grid)
+        modes = (_checks.mode_code(mode), _checks.padding_code(padding_mode),
+                 _common.align_corners(align_corners))
+    return _forward(input, grid, *modes)

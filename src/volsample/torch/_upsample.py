@@ -30,6 +30,7 @@ def _sizes(name: str, values, length: int, minimum: int) -> tuple:
     return _checks.int_sequence(name, values, length, minimum)
 
 
+@_common.raises_torch_errors
 def _check(input, output_size, align_corners, scales):
     """Checks every device needs: the tensor, sizes, and scales that give ``output_size``
     (a scale maps coordinates, so it must be the one that made the size)."""
@@ -41,12 +42,13 @@ def _check(input, output_size, align_corners, scales):
         scales = _checks.scale_factors("scales", tuple(scales), 3)
         implied = [math.floor(n * s) for n, s in zip(input.shape[2:], scales)]
         if any(a != b for a, b in zip(implied, output_size)):
-            raise _checks.InvalidArgumentError(
+            raise _common.ArgumentError(
                 f"scales: expected the factors of output_size {tuple(output_size)}, got {scales}, "
                 f"which give {tuple(implied)} from input size {tuple(input.shape[2:])}")
     return output_size, scales
 
 
+@_common.raises_torch_errors
 def _check_backward(grad_output, input_size, align_corners, scales):
     _common.tensor("grad_output", grad_output)
     _checks.boolean("align_corners", align_corners)
@@ -112,31 +114,72 @@ def _upsample_trilinear3d_backward_fake(grad_output, input_size, align_corners, 
     return _common.empty_volume(input_size, grad_output)
 
 
-def _setup_forward(ctx, inputs, output):
-    input, _, ctx.align_corners, ctx.scales = inputs
-    ctx.input_size = tuple(input.shape)
+def _forward(input, output_size, align_corners, scales):
+    return _common.call(_UpsampleTrilinear3d, upsample_trilinear3d, input, output_size,
+                        align_corners, scales)
 
 
-def _forward_grad(ctx, grad_output):
-    grad_input = upsample_trilinear3d_backward(grad_output, ctx.input_size, ctx.align_corners,
-                                               ctx.scales)
-    return grad_input, None, None, None
+def _backward(grad_output, input_size, align_corners, scales):
+    return _common.call(_UpsampleTrilinear3dBackward, upsample_trilinear3d_backward,
+                        grad_output, input_size, align_corners, scales)
 
 
-def _setup_backward(ctx, inputs, output):
-    grad_output, _, ctx.align_corners, ctx.scales = inputs
-    ctx.output_size = tuple(grad_output.shape[2:])
+def _below_autograd(op, *args):
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
 
 
-def _backward_grad(ctx, grad_grad_input):
-    # The backward is the adjoint map, linear in grad_output: its adjoint is the forward.
-    grad_grad_output = upsample_trilinear3d(grad_grad_input, ctx.output_size, ctx.align_corners,
-                                            ctx.scales)
-    return grad_grad_output, None, None, None
+class _UpsampleTrilinear3d(torch.autograd.Function):
+    """Linear: its jvp is itself on the tangent, its adjoint the backward op."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(input, output_size, align_corners, scales=None):
+        return _below_autograd(upsample_trilinear3d, input, output_size, align_corners, scales)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        input, ctx.output_size, ctx.align_corners, ctx.scales = inputs
+        ctx.input_size = list(input.shape)
+        ctx.memory_format = _common.memory_format(input)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_input = _backward(grad_output, ctx.input_size, ctx.align_corners, ctx.scales)
+        # The gradient has the input's memory format, whatever grad_output's.
+        return grad_input.contiguous(memory_format=ctx.memory_format), None, None, None
+
+    @staticmethod
+    def jvp(ctx, input_tangent, *_):
+        return _forward(input_tangent, ctx.output_size, ctx.align_corners, ctx.scales)
 
 
-upsample_trilinear3d.register_autograd(_forward_grad, setup_context=_setup_forward)
-upsample_trilinear3d_backward.register_autograd(_backward_grad, setup_context=_setup_backward)
+class _UpsampleTrilinear3dBackward(torch.autograd.Function):
+    """The adjoint map, linear in grad_output: its adjoint is the forward."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad_output, input_size, align_corners, scales=None):
+        return _below_autograd(upsample_trilinear3d_backward, grad_output, input_size,
+                               align_corners, scales)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        grad_output, ctx.input_size, ctx.align_corners, ctx.scales = inputs
+        ctx.output_size = list(grad_output.shape[2:])
+
+    @staticmethod
+    def backward(ctx, grad_grad_input):
+        return (_forward(grad_grad_input, ctx.output_size, ctx.align_corners, ctx.scales),
+                None, None, None)
+
+    @staticmethod
+    def jvp(ctx, grad_output_tangent, *_):
+        return _backward(grad_output_tangent, ctx.input_size, ctx.align_corners, ctx.scales)
+
+
+_common.set_autograd_kernels({"upsample_trilinear3d": _UpsampleTrilinear3d,
+                              "upsample_trilinear3d_backward": _UpsampleTrilinear3dBackward})
 
 
 def upsample_trilinear(input, size=None, scale_factor=None, align_corners=False):
@@ -153,9 +196,9 @@ def upsample_trilinear(input, size=None, scale_factor=None, align_corners=False)
     scale_factor : float or (float, float, float), optional
         Per-axis factors: the output size is ``floor(in * scale)`` and the factor itself
         maps output to source coordinates (``recompute_scale_factor=False``).
-    align_corners : bool
-        True: the corner voxels' centres of input and output coincide; False: their
-        outer edges do.
+    align_corners : bool or None
+        True: the corner voxels' centres of input and output coincide; False (or None,
+        PyTorch's default): their outer edges do.
 
     Returns
     -------
@@ -174,9 +217,13 @@ def upsample_trilinear(input, size=None, scale_factor=None, align_corners=False)
     >>> volsample.torch.upsample_trilinear(volume, size=(1, 1, 3), align_corners=True).flatten()
     tensor([0.0000, 0.5000, 1.0000])
     """
-    _common.tensor("input", input)
-    _checks.nonempty_spatial("input", tuple(input.shape[2:]))
-    output_size, scales = _checks.upsample_output_size(tuple(input.shape[2:]), size, scale_factor)
-    return upsample_trilinear3d(input, list(output_size),
-                                _checks.boolean("align_corners", align_corners),
-                                None if scales[0] is None else list(scales))
+    with _common.torch_errors():
+        _common.tensor("input", input)
+        _checks.nonempty_spatial("input", tuple(input.shape[2:]))
+        if size is not None:
+            _common.integer_sizes("size", size)
+        output_size, scales = _checks.upsample_output_size(tuple(input.shape[2:]), size,
+                                                           scale_factor)
+        align_corners = _common.align_corners(align_corners)
+    return _forward(input, list(output_size), align_corners,
+                    None if scales[0] is None else list(scales))
