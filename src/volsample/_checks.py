@@ -147,7 +147,7 @@ def _finite_real(name: str, v, value) -> float:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
         raise InvalidArgumentError(
             f"{name}: expected real numbers, got {type(v).__name__} {v!r} in {value!r}")
-    if not np.isfinite(float(v)):
+    if not math.isfinite(float(v)):  # plain Python: torch.compile traces NumPy calls
         raise InvalidArgumentError(f"{name}: expected finite numbers, got {v!r} in {value!r}")
     return float(v)
 
