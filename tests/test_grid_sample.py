@@ -12,7 +12,7 @@ from helpers import SIXTEEN_BIT, assert_bitwise_equal, assert_close, numpy_array
 
 import volsample
 from volsample import _reference as reference
-from volsample import grid_sample as grid_module
+from volsample._cpu import grid_sample as cpu_grid
 
 MODES = ["bilinear", "nearest"]
 PADDINGS = ["zeros", "border", "reflection"]
@@ -283,9 +283,8 @@ def test_backward_parallel_strategies(strategy, mode, padding_mode, align_corner
     PyTorch's values; the inputs do reach the strategy they are named after."""
     monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
     x, grid, grad_out = _strategy_case(strategy, np.random.default_rng(14))
-    kernels = grid_module._kernels(MODE_CODE[mode], PADDING_CODE[padding_mode])
-    _, _, slabs = grid_module._row_ranges_and_slabs(kernels, grid.reshape(-1), x.shape,
-                                                    grid.shape[1:4], 2, align_corners)
+    slabs = cpu_grid.backward_slabs(x, grid, True, MODE_CODE[mode], PADDING_CODE[padding_mode],
+                                    align_corners, 2)
     assert (len(slabs) - 1 == 1) == (strategy == "random"), slabs
     results = {}
     previous = volsample.get_num_threads()
