@@ -90,10 +90,11 @@ struct RowTable {
 // The operands' geometry, in elements.
 struct Geometry {
   int64_t N, C, D, H, W, Do, Ho, Wo, rows;
+  const int64_t* stride;  // the input's
   explicit Geometry(const GridSampleArgs& a)
       : N(a.input.shape[0]), C(a.input.shape[1]), D(a.input.shape[2]), H(a.input.shape[3]),
         W(a.input.shape[4]), Do(a.grid.shape[1]), Ho(a.grid.shape[2]), Wo(a.grid.shape[3]),
-        rows(N * Do * Ho) {}
+        rows(N * Do * Ho), stride(a.input.stride) {}
 };
 
 // Lowest tap along one axis (0 where no tap is inside), its weights and whether any tap
@@ -120,8 +121,8 @@ inline mask_of<V> taps(V i, int64_t size, V& first, V& w0, V& w1) {
 }
 
 // Fill a row table from the coordinates already in it (coord(0..2)). The vector part
-// computes coordinates, weights and slopes; a short scalar pass turns lowest corners into
-// integers and corner masks.
+// computes coordinates, weights and slopes; a short branch-free pass turns lowest corners
+// into integers, input offsets and corner masks.
 template <int MODE, int PADDING, class T>
 void prepare_row(RowTable<T>& r, const Geometry& g, bool align_corners) {
   using V = typename native<T>::type;
@@ -141,25 +142,27 @@ void prepare_row(RowTable<T>& r, const Geometry& g, bool align_corners) {
     }
     store_(r.coord(0) + w, select(touches, V(T(1)), V(T(0))));  // x is read: now 1 = live
   }
-  for (int64_t w = 0; w < r.padded; ++w) {
+  // Corner k = (x bit, y bit, z bit) = (k & 1, k >> 1 & 1, k >> 2): the corners each
+  // axis allows when its low tap (bit 0) and high tap (bit 1) are inside, as bytes.
+  static constexpr uint8_t allow_x[4] = {0x00, 0x55, 0xaa, 0xff};
+  static constexpr uint8_t allow_y[4] = {0x00, 0x33, 0xcc, 0xff};
+  static constexpr uint8_t allow_z[4] = {0x00, 0x0f, 0xf0, 0xff};
+  const int64_t sz = g.stride[2], sy = g.stride[3], sx = g.stride[4];
+  for (int64_t w = 0; w < r.padded; ++w) {  // branch-free: the compiler vectorises it
     const bool live = w < r.width && r.coord(0)[w] != T(0);
-    const int64_t x0 = live ? int64_t(r.low(0)[w]) : 0;
-    const int64_t y0 = live ? int64_t(r.low(1)[w]) : 0;
-    const int64_t z0 = live ? int64_t(r.low(2)[w]) : 0;
+    const int64_t x0 = int64_t(r.low(0)[w]), y0 = int64_t(r.low(1)[w]), z0 = int64_t(r.low(2)[w]);
     r.corner[w] = x0;
     r.corner[r.padded + w] = y0;
     r.corner[2 * r.padded + w] = z0;
-    uint8_t bits = 0;
-    if (live) {
-      if (MODE == NEAREST) {
-        bits = 1;
-      } else {
-        const unsigned xs = unsigned(x0 >= 0) | unsigned(x0 + 1 < g.W) << 1;
-        const unsigned ys = unsigned(y0 >= 0) | unsigned(y0 + 1 < g.H) << 1;
-        const unsigned zs = unsigned(z0 >= 0) | unsigned(z0 + 1 < g.D) << 1;
-        for (unsigned k = 0; k < 8; ++k)
-          if ((xs >> (k & 1) & 1) && (ys >> (k >> 1 & 1) & 1) && (zs >> (k >> 2) & 1)) bits |= 1u << k;
-      }
+    r.offset[w] = z0 * sz + y0 * sy + x0 * sx;
+    uint8_t bits;
+    if (MODE == NEAREST) {
+      bits = uint8_t(live);
+    } else {
+      const unsigned xs = unsigned(x0 >= 0) | unsigned(x0 + 1 < g.W) << 1;
+      const unsigned ys = unsigned(y0 >= 0) | unsigned(y0 + 1 < g.H) << 1;
+      const unsigned zs = unsigned(z0 >= 0) | unsigned(z0 + 1 < g.D) << 1;
+      bits = uint8_t(allow_x[xs] & allow_y[ys] & allow_z[zs] & (live ? 0xffu : 0u));
     }
     r.inside[w] = bits;
   }
@@ -266,9 +269,6 @@ void forward_kernel(const GridSampleArgs& a) {
         load_row<G>(a.grid, row, g, r, n, d, h);
         prepare(r, g, a.align_corners);
         const S* in_n = inp + n * is[0];
-        for (int64_t w = 0; w < g.Wo; ++w)
-          r.offset[w] = r.corner[2 * r.padded + w] * is[2] + r.corner[r.padded + w] * is[3] +
-                        r.corner[w] * is[4];
         S* out_row = out + n * os[0] + d * os[2] + h * os[3];
         if constexpr (MODE == NEAREST) {  // the single voxel, copied exactly; 0 outside
           for (int64_t w = 0; w < g.Wo; ++w) {
@@ -579,10 +579,6 @@ struct Backward {
   void prepare_row(RowTable<T>& r, int64_t row, int64_t& n, int64_t& d, int64_t& h) const {
     load_row<G>(a.grid, row, g, r, n, d, h);
     prepare(r, g, a.align_corners);
-    const int64_t* is = a.input.stride;
-    for (int64_t w = 0; w < g.Wo; ++w)
-      r.offset[w] = r.corner[2 * r.padded + w] * is[2] + r.corner[r.padded + w] * is[3] +
-                    r.corner[w] * is[4];
   }
 
   // Slab s: every point's share of grad_input on the slab's planes, in point order, and
