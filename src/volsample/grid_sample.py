@@ -11,13 +11,14 @@ from . import _checks, _config, _dtypes, _layout
 from ._cpu import grid_sample as _cpu
 
 
-def _validate(input, grid, mode, padding_mode, align_corners, layout):
-    """Check the arguments every grid-sampling call shares; return them normalised."""
+def _validate(input, grid, mode, padding_mode, align_corners, layout, labels=False):
+    """Check the arguments every grid-sampling call shares; return them normalised.
+    ``labels``: integer label maps are taken, with mode "nearest"."""
     layout = _checks.layout_name(layout)
     mode_code = _checks.mode_code(mode)
     padding_code = _checks.padding_code(padding_mode)
     align_corners = _checks.boolean("align_corners", align_corners)
-    input = _checks.array("input", input, 5)
+    input = _checks.array("input", input, 5, labels=labels and mode_code == _checks.NEAREST)
     grid = _checks.array("grid", grid, 5)
     _checks.grid_dtype(grid, input)
     volume = _layout.logical(input, layout)
@@ -38,10 +39,12 @@ def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_cor
     Parameters
     ----------
     input : ndarray, shape (N, C, Di, Hi, Wi), or (N, Di, Hi, Wi, C) with ``layout="NDHWC"``
-        The volume; float16, bfloat16 (``ml_dtypes.bfloat16``), float32 or float64, any strides.
+        The volume; float16, bfloat16 (``ml_dtypes.bfloat16``), float32 or float64, any
+        strides. With ``mode="nearest"`` also an integer label map (uint8, int16, int32):
+        its voxel values are copied exactly (0 where zeros padding reads outside).
     grid : ndarray, shape (N, Do, Ho, Wo, 3)
         Normalised sample coordinates (x, y, z) in [-1, 1]; x indexes W, y H and z D.
-        Same dtype as ``input``, or float32/float64 beside a 16-bit ``input``.
+        Same dtype as ``input``, or float32/float64 beside a 16-bit or integer ``input``.
     mode : {"bilinear", "nearest"}
         "bilinear" is trilinear interpolation of the 8 neighbours; "nearest" rounds half to even.
     padding_mode : {"zeros", "border", "reflection"}
@@ -69,7 +72,7 @@ def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_cor
     array([3.5], dtype=float32)
     """
     volume, grid, mode_code, padding_code, align_corners, layout = _validate(
-        input, grid, mode, padding_mode, align_corners, layout)
+        input, grid, mode, padding_mode, align_corners, layout, labels=True)
     N, C = volume.shape[:2]
     out = _layout.empty((N, C) + grid.shape[1:4], volume.dtype, layout)
     if out.size:
