@@ -12,7 +12,7 @@ from helpers import SIXTEEN_BIT, assert_bitwise_equal, assert_close, numpy_array
 
 import volsample
 from volsample import _reference as reference
-from volsample import grid_sample as grid_module
+from volsample._cpu import grid_sample as cpu_grid
 
 MODES = ["bilinear", "nearest"]
 PADDINGS = ["zeros", "border", "reflection"]
@@ -283,9 +283,8 @@ def test_backward_parallel_strategies(strategy, mode, padding_mode, align_corner
     PyTorch's values; the inputs do reach the strategy they are named after."""
     monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
     x, grid, grad_out = _strategy_case(strategy, np.random.default_rng(14))
-    kernels = grid_module._kernels(MODE_CODE[mode], PADDING_CODE[padding_mode])
-    _, _, slabs = grid_module._row_ranges_and_slabs(kernels, grid.reshape(-1), x.shape,
-                                                    grid.shape[1:4], 2, align_corners)
+    slabs = cpu_grid.backward_slabs(x, grid, True, MODE_CODE[mode], PADDING_CODE[padding_mode],
+                                    align_corners, 2)
     assert (len(slabs) - 1 == 1) == (strategy == "random"), slabs
     results = {}
     previous = volsample.get_num_threads()
@@ -464,3 +463,57 @@ def test_more_than_two_to_the_31_elements():
     gi, _ = volsample.grid_sample_3d_backward(out, x, grid, "nearest", align_corners=True,
                                               output_mask=(True, False))
     np.testing.assert_array_equal(gi[0, 0, -1, -1, -4:], [1, 2, 3, 4])
+
+
+LABEL_DTYPES = [np.uint8, np.int16, np.int32]
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("padding_mode", PADDINGS)
+@pytest.mark.parametrize("grid_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", LABEL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_nearest_integer_labels_are_copied_exactly(dtype, grid_dtype, padding_mode, layout):
+    """An integer label map sampled with mode="nearest" holds exactly the voxels PyTorch's
+    nearest sampling picks (found by sampling a volume of voxel numbers, float, with the same
+    grid), 0 where zeros padding reads outside, in its own dtype; labels beyond float32's
+    24-bit mantissa survive too."""
+    rng = np.random.default_rng(16)
+    info = np.iinfo(dtype)
+    labels = rng.integers(info.min, info.max, (2, 3, 5, 6, 7), endpoint=True).astype(dtype)
+    if dtype == np.int32:
+        labels.flat[:4] = [info.max, info.min, (1 << 24) + 1, -(1 << 24) - 1]
+    grid = adversarial_grid(rng, (2, 4, 3, 9, 3), labels.shape[2:], grid_dtype)
+    # Voxel numbers from 1 (0 stays "outside"), a float copy PyTorch samples exactly.
+    numbers = np.arange(1, labels.size + 1, dtype=grid_dtype).reshape(labels.shape)
+    padded = np.concatenate([[0], labels.ravel()])
+    for align_corners in (False, True):
+        picked = torch_grid_sample(numbers, grid, "nearest", padding_mode, align_corners)
+        expected = padded[picked.astype(np.int64)]
+        x = np.ascontiguousarray(labels.transpose(0, 2, 3, 4, 1)) if layout == "NDHWC" else labels
+        out = volsample.grid_sample_3d(x, grid, "nearest", padding_mode, align_corners,
+                                       layout=layout)
+        assert out.dtype == dtype
+        if layout == "NDHWC":
+            out = out.transpose(0, 4, 1, 2, 3)
+        np.testing.assert_array_equal(out, expected)
+    # Voxel centres read every voxel back, the extreme labels included.
+    axes = [np.linspace(-1, 1, n) for n in labels.shape[2:]]
+    z, y, x_ = np.meshgrid(*axes, indexing="ij")
+    centres = np.broadcast_to(np.stack([x_, y, z], -1), (2,) + labels.shape[2:] + (3,))
+    out = volsample.grid_sample_3d(labels, centres.astype(grid_dtype), "nearest", padding_mode,
+                                   True)
+    np.testing.assert_array_equal(out, labels)
+
+
+def test_integer_labels_are_refused_where_not_nearest_forward():
+    labels = np.zeros((1, 1, 2, 2, 2), np.int16)
+    grid = np.zeros((1, 1, 1, 1, 3), np.float32)
+    with pytest.raises(TypeError, match="input: expected dtype float16.*got int16.*nearest"):
+        volsample.grid_sample_3d(labels, grid, "bilinear")
+    with pytest.raises(TypeError, match="input: expected dtype float16.*got int16"):
+        volsample.grid_sample_3d_backward(np.zeros((1, 1, 1, 1, 1), np.int16), labels, grid,
+                                          "nearest")
+    with pytest.raises(TypeError, match="grid: expected dtype float32 or float64"):
+        volsample.grid_sample_3d(labels, grid.astype(np.float16), "nearest")
+    with pytest.raises(TypeError, match="input: expected dtype float16.*got int64"):
+        volsample.grid_sample_3d(labels.astype(np.int64), grid, "nearest")

@@ -1,4 +1,6 @@
 // Python bindings of the grid-sampling kernels.
+#include <nanobind/stl/vector.h>
+
 #include "bindings.h"
 
 namespace nb = nanobind;
@@ -43,6 +45,24 @@ void bind_grid_sample(nb::module_& m) {
       nb::arg("grad_output"), nb::arg("input"), nb::arg("grid"), nb::arg("grad_input").none(),
       nb::arg("grad_grid").none(), nb::arg("mode"), nb::arg("padding"), nb::arg("align_corners"),
       nb::arg("threads"));
+  m.def(
+      "grid_sample_backward_slabs",
+      [](nb::handle input, nb::handle grid, bool want_grid, int mode, int padding,
+         bool align_corners, int threads) {
+        GridSampleArgs a;
+        a.input = strided(input);
+        a.grid = strided(grid);
+        a.grad_input = a.input;  // only its presence matters: the plan reads no memory of it
+        if (want_grid) a.grad_grid = a.grid;
+        a.mode = mode;
+        a.padding = padding;
+        a.align_corners = align_corners;
+        a.threads = threads;
+        return active_kernels().grid_sample_backward_slabs(a);
+      },
+      nb::arg("input"), nb::arg("grid"), nb::arg("want_grid"), nb::arg("mode"), nb::arg("padding"),
+      nb::arg("align_corners"), nb::arg("threads"),
+      "Bounds [0, ..., N*D] of the slabs of input planes the input gradient is split into.");
 }
 
 }  // namespace vs

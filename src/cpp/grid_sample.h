@@ -1,6 +1,9 @@
 // Grid sampling kernels' arguments (the launcher contract of the C++ backend).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "tensor.h"
 
 namespace vs {
@@ -25,6 +28,8 @@ struct GridSampleArgs {
 namespace VS_ISA {
 void grid_sample_forward(const GridSampleArgs& args);
 void grid_sample_backward(const GridSampleArgs& args);
+// The slab bounds of input planes the backward would split grad_input into (tests).
+std::vector<int64_t> grid_sample_backward_slabs(const GridSampleArgs& args);
 }  // namespace VS_ISA
 #endif
 

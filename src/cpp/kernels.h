@@ -14,6 +14,7 @@ struct KernelTable {
   void (*grid_sample_backward)(const GridSampleArgs&);
   void (*upsample_forward)(const UpsampleArgs&);
   void (*upsample_backward)(const UpsampleArgs&);
+  std::vector<int64_t> (*grid_sample_backward_slabs)(const GridSampleArgs&);
 };
 
 namespace scalar { const KernelTable& kernel_table(); }

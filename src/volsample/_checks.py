@@ -70,16 +70,20 @@ def output_mask(value) -> tuple[bool, bool]:
     return bool(items[0]), bool(items[1])
 
 
-def array(name: str, value, ndim: int) -> np.ndarray:
-    """``value`` as a NumPy array of a supported floating dtype and rank ``ndim``."""
+def array(name: str, value, ndim: int, labels: bool = False) -> np.ndarray:
+    """``value`` as a NumPy array of a supported floating dtype (or, with ``labels``, an
+    integer label dtype) and rank ``ndim``."""
     if not isinstance(value, np.ndarray):
         if hasattr(value, "__array__") or isinstance(value, (list, tuple)):
             value = np.asarray(value)
         else:
             raise UnsupportedDTypeError(f"{name}: expected a NumPy array, got {type(value).__name__}")
-    if value.dtype not in _dtypes.SUPPORTED:
+    if value.dtype not in _dtypes.SUPPORTED and not (labels and value.dtype in _dtypes.LABELS):
+        hint = (" (integer label maps, uint8/int16/int32, are sampled by grid_sample_3d with "
+                "mode='nearest' only)" if value.dtype in _dtypes.LABELS else "")
         raise UnsupportedDTypeError(
-            f"{name}: expected dtype float16, bfloat16, float32 or float64, got {value.dtype}")
+            f"{name}: expected dtype float16, bfloat16, float32 or float64, got {value.dtype}"
+            + hint)
     if value.ndim != ndim:
         raise InvalidArgumentError(
             f"{name}: expected a {ndim}-D array, got {value.ndim}-D with shape {value.shape}")
@@ -93,7 +97,14 @@ def same_dtype(name: str, arr: np.ndarray, reference_name: str, reference: np.nd
 
 
 def grid_dtype(grid: np.ndarray, volume: np.ndarray) -> None:
-    """A grid shares the volume's dtype, or is float32/float64 beside a 16-bit volume."""
+    """A grid shares the volume's dtype, or is float32/float64 beside a 16-bit volume or an
+    integer label map."""
+    if volume.dtype in _dtypes.LABELS:
+        if grid.dtype in (_dtypes.FLOAT32, _dtypes.FLOAT64):
+            return
+        raise UnsupportedDTypeError(
+            f"grid: expected dtype float32 or float64 with an integer ({volume.dtype}) input, "
+            f"got {grid.dtype}")
     if grid.dtype == volume.dtype:
         return
     if volume.dtype in _dtypes.SIXTEEN_BIT and grid.dtype in (_dtypes.FLOAT32, _dtypes.FLOAT64):

@@ -15,6 +15,8 @@ FLOAT64 = np.dtype(np.float64)
 
 SUPPORTED = (FLOAT16, BFLOAT16, FLOAT32, FLOAT64)
 SIXTEEN_BIT = (FLOAT16, BFLOAT16)
+# Integer label maps: nearest grid sampling (forward) copies their values exactly.
+LABELS = (np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.int32))
 
 
 def compute_dtype(volume_dtype, grid_dtype=None) -> np.dtype:

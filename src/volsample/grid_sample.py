@@ -8,17 +8,17 @@ from __future__ import annotations
 import numpy as np
 
 from . import _checks, _config, _dtypes, _layout
-from ._numba.grid_sample import kernels as _kernels
-from ._numba._memory import flat
+from ._cpu import grid_sample as _cpu
 
 
-def _validate(input, grid, mode, padding_mode, align_corners, layout):
-    """Check the arguments every grid-sampling call shares; return them normalised."""
+def _validate(input, grid, mode, padding_mode, align_corners, layout, labels=False):
+    """Check the arguments every grid-sampling call shares; return them normalised.
+    ``labels``: integer label maps are taken, with mode "nearest"."""
     layout = _checks.layout_name(layout)
     mode_code = _checks.mode_code(mode)
     padding_code = _checks.padding_code(padding_mode)
     align_corners = _checks.boolean("align_corners", align_corners)
-    input = _checks.array("input", input, 5)
+    input = _checks.array("input", input, 5, labels=labels and mode_code == _checks.NEAREST)
     grid = _checks.array("grid", grid, 5)
     _checks.grid_dtype(grid, input)
     volume = _layout.logical(input, layout)
@@ -32,11 +32,6 @@ def _validate(input, grid, mode, padding_mode, align_corners, layout):
     return volume, grid, mode_code, padding_code, align_corners, layout
 
 
-def _shapes(volume, grid):
-    """Logical input shape and output spatial shape, as tuples (kernel arguments)."""
-    return tuple(volume.shape), tuple(grid.shape[1:4])
-
-
 def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False,
                    *, layout="NCDHW"):
     """Sample a volume at the points of a grid (trilinear or nearest).
@@ -44,10 +39,12 @@ def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_cor
     Parameters
     ----------
     input : ndarray, shape (N, C, Di, Hi, Wi), or (N, Di, Hi, Wi, C) with ``layout="NDHWC"``
-        The volume; float16, bfloat16 (``ml_dtypes.bfloat16``), float32 or float64, any strides.
+        The volume; float16, bfloat16 (``ml_dtypes.bfloat16``), float32 or float64, any
+        strides. With ``mode="nearest"`` also an integer label map (uint8, int16, int32):
+        its voxel values are copied exactly (0 where zeros padding reads outside).
     grid : ndarray, shape (N, Do, Ho, Wo, 3)
         Normalised sample coordinates (x, y, z) in [-1, 1]; x indexes W, y H and z D.
-        Same dtype as ``input``, or float32/float64 beside a 16-bit ``input``.
+        Same dtype as ``input``, or float32/float64 beside a 16-bit or integer ``input``.
     mode : {"bilinear", "nearest"}
         "bilinear" is trilinear interpolation of the 8 neighbours; "nearest" rounds half to even.
     padding_mode : {"zeros", "border", "reflection"}
@@ -75,23 +72,13 @@ def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_cor
     array([3.5], dtype=float32)
     """
     volume, grid, mode_code, padding_code, align_corners, layout = _validate(
-        input, grid, mode, padding_mode, align_corners, layout)
+        input, grid, mode, padding_mode, align_corners, layout, labels=True)
     N, C = volume.shape[:2]
-    out_logical = (N, C) + grid.shape[1:4]
-    compute = _dtypes.compute_dtype(input.dtype, grid.dtype)
-    out = _layout.empty(out_logical, compute, layout)
+    out = _layout.empty((N, C) + grid.shape[1:4], volume.dtype, layout)
     if out.size:
-        in_shape, out_shape = _shapes(volume, grid)
-        inp_b, inp_o, inp_s = flat(_dtypes.as_compute(volume, compute))
-        grid_b = _contiguous_grid(grid, compute)
-        out_b, out_o, out_s = flat(out)
-        forward = _kernels(mode_code, padding_code).forward
-        threads = _config.threads_for(out.size)
-        with _config.parallel_launch(threads):
-            forward(inp_b, inp_o, inp_s, grid_b, out_b, out_o, out_s,
-                    in_shape, out_shape, _n_chunks(N * out_shape[0] * out_shape[1], threads),
-                    align_corners)
-    return _layout.physical(out, layout).astype(input.dtype, copy=False)
+        _cpu.forward(volume, grid, out, mode_code, padding_code, align_corners,
+                     _config.threads_for(out.size))
+    return _layout.physical(out, layout)
 
 
 def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_mode="zeros",
@@ -130,149 +117,36 @@ def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_m
                         _layout.physical_shape((N, C) + grid.shape[1:4], layout),
                         f"shape (the forward's output shape, {layout})")
 
-    compute = _dtypes.compute_dtype(input.dtype, grid.dtype)
+    # The kernel adds into grad_input (a compute-precision accumulator for 16 bits, rounded
+    # once at the end) and writes grad_grid where points touch the volume.
+    compute = _dtypes.compute_dtype(volume.dtype, grid.dtype)
     grad_input = _layout.empty(volume.shape, compute, layout, zero=True) if want_input else None
-    grad_grid = np.zeros(grid.shape, compute) if want_grid else None
+    grad_grid = np.zeros(grid.shape, grid.dtype) if want_grid else None
     points = int(np.prod(grid.shape[:4]))
     if (want_input or want_grid) and points and C:
-        _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, padding_code,
-                  align_corners)
+        _cpu.backward(gout, volume, grid, grad_input, grad_grid, mode_code, padding_code,
+                      align_corners, _config.threads_for(points * C))
     if grad_input is not None:
-        grad_input = _layout.physical(grad_input, layout).astype(input.dtype, copy=False)
-    if grad_grid is not None:
-        grad_grid = grad_grid.astype(grid.dtype, copy=False)
+        grad_input = _layout.physical(grad_input, layout).astype(volume.dtype, copy=False)
     return grad_input, grad_grid
-
-
-def _backward(gout, volume, grid, grad_input, grad_grid, compute, mode_code, padding_code,
-              align_corners):
-    want_input, want_grid = grad_input is not None, grad_grid is not None
-    N, C = volume.shape[:2]
-    points = int(np.prod(grid.shape[:4]))
-    in_shape, out_shape = _shapes(volume, grid)
-    go_b, go_o, go_s = flat(_dtypes.as_compute(gout, compute))
-    in_b, in_o, in_s = flat(_dtypes.as_compute(volume, compute))
-    grid_b = _contiguous_grid(grid, compute)
-    grad_grid_rows = grad_grid.reshape(points, 3) if want_grid else np.empty((1, 3), compute)
-    threads = _config.threads_for(points * C)
-    kernels = _kernels(mode_code, padding_code)
-    rows = N * out_shape[0] * out_shape[1]
-    with _config.parallel_launch(threads):
-        if want_input:
-            gi_b, gi_o, gi_s = flat(grad_input)
-            row_first, row_last, slabs = _row_ranges_and_slabs(
-                kernels, grid_b, in_shape, out_shape, threads, align_corners)
-        else:  # no slabs: only grid-gradient tasks run
-            gi_b, gi_o, gi_s = np.empty(1, compute), 0, (0,) * 5
-            row_first = row_last = np.empty(0, np.int64)
-            slabs = np.zeros(1, np.int64)
-        grad_rows = _gradient_row_bounds(rows, threads, want_input, want_grid, len(slabs) - 1)
-        plane_slab = np.repeat(np.arange(len(slabs) - 1), np.diff(slabs))
-        kernels.backward(go_b, go_o, go_s, in_b, in_o, in_s, grid_b, gi_b, gi_o, gi_s,
-                         grad_grid_rows, row_first, row_last, slabs, plane_slab, grad_rows,
-                         in_shape, out_shape, want_grid, align_corners)
-
-
-# Time to scatter a point into grad_input over time to compute its grid gradient
-# (measured, one channel or eight, smooth or random grids: 0.6-0.8).
-_SCATTER_OVER_GRADIENT = 0.7
-
-
-def _gradient_row_bounds(rows, threads, want_input, want_grid, slabs):
-    """Row bounds of the grid-gradient work of each parallel iteration of the backward
-    kernel; empty when the slabs compute it themselves (several slabs, or one thread).
-    Beside a single slab (rows reaching across the volume), iteration 0 scatters every
-    point, so it takes a smaller share of the grid gradient: the iterations then finish
-    together."""
-    if not want_grid or (want_input and (threads == 1 or slabs > 1)):
-        return np.empty(0, np.int64)
-    if not want_input:
-        return np.linspace(0, rows, _n_chunks(rows, threads) + 1).astype(np.int64)
-    share = np.empty(threads)  # fractions of the rows
-    share[0] = max(0.0, (1 + _SCATTER_OVER_GRADIENT) / threads - _SCATTER_OVER_GRADIENT)
-    share[1:] = (1 - share[0]) / (threads - 1)
-    return np.round(np.concatenate(([0], np.cumsum(share))) * rows).astype(np.int64)
-
-
-def _row_ranges_and_slabs(kernels, grid_b, in_shape, out_shape, threads, align_corners):
-    """Each output row's range of input planes, and the slabs of input planes that the
-    backward's parallel iterations own (boundaries [0, ..., N*D])."""
-    N, _, D = in_shape[:3]
-    rows_per_batch = out_shape[0] * out_shape[1]
-    one_slab = np.empty(0, np.int64), np.empty(0, np.int64), np.array([0, N * D], np.int64)
-    if threads == 1:  # one slab holds every plane: the ranges are not read
-        return one_slab
-    if N >= threads:  # whole batches per slab: a row only touches its own batch's planes
-        first = np.repeat(np.arange(N, dtype=np.int64) * D, rows_per_batch)
-        slabs = D * (np.arange(threads + 1, dtype=np.int64) * N // threads)
-        return first, first + (D - 1), slabs
-    rows = N * rows_per_batch
-    row_first, row_last = np.empty(rows, np.int64), np.empty(rows, np.int64)
-    touching = np.zeros((_n_chunks(rows, threads), N * D + 1), np.int64)
-    kernels.row_planes(grid_b, row_first, row_last, touching, in_shape, out_shape, align_corners)
-    slabs = _slab_bounds(np.cumsum(touching.sum(axis=0))[:-1], threads)
-    # Each slab a row reaches prepares the row again: when rows reach across slabs on
-    # average (a random grid), one slab does the whole scatter faster.
-    live = row_first <= row_last
-    reached = (np.searchsorted(slabs, row_last[live], "right")
-               - np.searchsorted(slabs, row_first[live], "right"))
-    if reached.size and reached.mean() > 0.5:  # more than 1.5 slabs a row
-        return one_slab
-    return row_first, row_last, slabs
-
-
-def _contiguous_grid(grid, compute):
-    """The grid as a flat contiguous buffer in the compute dtype (a copy only when it is
-    strided or of another dtype): the kernels then know its strides at compile time."""
-    return np.ascontiguousarray(grid, dtype=compute).reshape(-1)
-
-
-def _n_chunks(rows, threads):
-    """Work items for a pass over ``rows`` output rows: a few per thread."""
-    return max(1, min(rows, 4 * threads))
-
-
-def _slab_bounds(rows_per_plane, n_slabs):
-    """Split the input planes into ``n_slabs`` runs touched by about equal numbers of rows
-    (the work), as boundaries [0, ..., planes]. Any split gives the same bits."""
-    planes = len(rows_per_plane)
-    cumulative = np.cumsum(rows_per_plane)
-    targets = cumulative[-1] * np.arange(1, n_slabs) / n_slabs
-    inner = np.searchsorted(cumulative, targets, side="right")
-    return np.unique(np.concatenate(([0], inner, [planes]))).astype(np.int64)
 
 
 def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
                               output_mask=(True, True), threads=None):
     """Bytes of scratch memory ``grid_sample_3d_backward`` allocates beyond its results.
 
-    ``input_shape`` is logical (N, C, D, H, W); ``grid_shape`` is (N, Do, Ho, Wo, 3). It
-    counts the compute-precision copies of 16-bit operands and accumulators, each output
-    row's range of input planes and the plane histograms that split the work into slabs
-    (the kernels' per-work-item row tables, a few KiB, are not counted).
+    ``input_shape`` is logical (N, C, D, H, W); ``grid_shape`` is (N, Do, Ho, Wo, 3);
+    ``threads`` defaults to what the call would use. It counts the compute-precision
+    accumulator of a 16-bit grad_input and, with several threads, the plan that splits
+    grad_input into slabs of input planes (each output row's range of planes, the rows
+    touching each plane). The kernels' per-thread row tables, a few KiB, are not counted.
     """
     dtype = np.dtype(dtype)
     grid_dtype = np.dtype(grid_dtype if grid_dtype is not None else dtype)
-    want_input, want_grid = output_mask
-    compute = _dtypes.compute_dtype(dtype, grid_dtype)
-    N, C, D = (int(v) for v in input_shape[:3])
-    volume = int(np.prod(input_shape))
     points = int(np.prod(grid_shape[:4]))
-    if not (want_input or want_grid) or points == 0 or C == 0:
+    C = int(input_shape[1])
+    if not any(output_mask) or points == 0 or C == 0:
         return 0
-    total = 0
-    if dtype != compute:  # converted grad_output and input, and the input-gradient accumulator
-        total += (C * points + volume + (volume if want_input else 0)) * compute.itemsize
-    if grid_dtype != compute:  # converted grid and grid-gradient accumulator
-        total += (points * 3 * (2 if want_grid else 1)) * compute.itemsize
-    if not want_input:
-        return int(total)
-    threads = threads or _config.get_num_threads()
-    if threads == 1:  # one slab: no row ranges
-        return int(total)
-    rows = int(np.prod(grid_shape[:3]))
-    total += rows * 2 * 8  # each row's plane range
-    # per-chunk plane counts (difference arrays) and their sums, and each plane's slab
-    total += (_n_chunks(rows, threads) + 3) * (N * D + 1) * 8
-    total += (threads + 1) * 8  # slab bounds
-    return int(total)
+    threads = _config.threads_for(points * C) if threads is None else threads
+    return int(_cpu.workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype,
+                                     tuple(output_mask), threads))

@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-from . import registration
+from . import _dtypes, registration
 from ._checks import VolsampleError
 from ._progress import ProgressBar
 
@@ -168,7 +168,7 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress) -> _Run:
     dice = None
     if labels is not None:
         fixed_labels, moving_labels = (v.data for v in labels)
-        warped_labels = np.rint(result.warp(moving_labels, "nearest")).astype(moving_labels.dtype)
+        warped_labels = result.warp(moving_labels, "nearest")  # integer: exact copies
         outputs["warped_labels"] = warped_labels
         dice = (registration.dice(fixed_labels, moving_labels),
                 registration.dice(fixed_labels, warped_labels))
@@ -256,6 +256,12 @@ def _label_map(volume) -> _Volume:
             raise CommandError(f"{volume.name}: expected integer labels, got fractions")
         data = rounded.astype(np.int32)
     elif data.dtype.kind == "b":
+        data = data.astype(np.int32)
+    elif data.dtype.kind in "iu" and data.dtype not in _dtypes.LABELS:
+        # Warped by nearest grid sampling, which takes uint8, int16 and int32.
+        if data.size and (data.min() < np.iinfo(np.int32).min or data.max() > np.iinfo(np.int32).max):
+            raise CommandError(f"{volume.name}: expected labels that fit in int32, got "
+                               f"{data.min()}..{data.max()}")
         data = data.astype(np.int32)
     if not (data > 0).any():
         raise CommandError(f"{volume.name}: expected some label > 0, got none")

@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from . import _dtypes
 from ._checks import InvalidArgumentError
 from .grid_sample import grid_sample_3d, grid_sample_3d_backward
 from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
@@ -77,11 +78,13 @@ def warp(volume: np.ndarray, displacement: np.ndarray, mode: str = "bilinear",
 
     ``displacement`` is (1, D, H, W, 3) in voxels, channels (x, y, z); ``scale`` turns it
     into normalised units (default ``voxel_to_normalised(volume.shape)``). Points outside
-    the volume read its border. ``mode="nearest"`` suits label maps.
+    the volume read its border. ``mode="nearest"`` suits label maps, integer ones too
+    (uint8, int16, int32: their values are copied exactly, on a float32 grid).
     """
+    coords = volume.dtype if volume.dtype.kind == "f" else np.dtype(np.float32)
     if scale is None:
-        scale = voxel_to_normalised(volume.shape, volume.dtype)
-    grid = identity_grid(displacement.shape[1:4], volume.dtype) + displacement * scale
+        scale = voxel_to_normalised(volume.shape, coords)
+    grid = identity_grid(displacement.shape[1:4], coords) + displacement * scale
     return grid_sample_3d(volume[None, None], grid, mode=mode, **_SAMPLING)[0, 0]
 
 
@@ -300,8 +303,12 @@ class RegistrationResult:
     history: list
 
     def warp(self, volume: np.ndarray, mode: str = "bilinear") -> np.ndarray:
-        """Warp another volume on the moving one's grid (e.g. labels with "nearest")."""
-        return warp(np.asarray(volume, np.float32), self.displacement[..., ::-1][None], mode)
+        """Warp another volume on the moving one's grid (e.g. labels with "nearest": an
+        integer label map keeps its dtype and values; anything else is warped as float32)."""
+        volume = np.asarray(volume)
+        if not (mode == "nearest" and volume.dtype in _dtypes.LABELS):
+            volume = volume.astype(np.float32, copy=False)
+        return warp(volume, self.displacement[..., ::-1][None], mode)
 
 
 DEFAULT_WEIGHTS = {"mse": 0.001, "ncc": 0.1}  # smoothness weight per loss
