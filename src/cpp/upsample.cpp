@@ -224,8 +224,9 @@ struct Pass {
     const bool dense = (inner == 1 || C_ == 1 || ds[1] == 1) && (W == 1 || ds[4] == inner) &&
                        (H == 1 || ds[3] == W * inner);
     if (!dense) throw std::invalid_argument("upsample: dst planes must be contiguous");
-    scratch.reset(transposed ? new C[g.threads * per_thread]()  // zero voxels stay zero
-                             : new C[g.threads * per_thread]);
+    // Zeroed: the backward's zero voxels stay zero, and every page is touched here, so the
+    // resident memory is what workspace_nbytes counts whichever threads get work.
+    scratch.reset(new C[g.threads * per_thread]());
   }
 
   // Item -> (source base, dst base, first and end plane).
