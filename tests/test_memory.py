@@ -183,12 +183,14 @@ def test_traced_extra_memory_mixed_precision(grid_dtype):
         assert peak - results <= workspace + TRACED_SLACK, (op, peak - results, workspace)
 
 
-def test_sixteen_bit_traced_memory_is_seen():
-    """The measure is not blind: a 16-bit upsampling does allocate its float32 copies, and
-    tracemalloc sees most of that workspace."""
+def test_sixteen_bit_upsampling_makes_no_numpy_copies():
+    """The measure is not blind (it sees the result), and a 16-bit upsampling allocates no
+    float32 copy of its input or result: its kernels read and round 16-bit data in place
+    (their scratch is C++ memory, which the resident-set test below measures)."""
     call, workspace = make_case("upsample_trilinear_3d", np.float16, (6, 7, 9), (13, 15, 17))
     peak, results = traced_peak(call)
-    assert peak - results >= 0.5 * workspace > 0
+    assert peak >= results > 0
+    assert peak - results <= TRACED_SLACK, (peak, results, workspace)
 
 
 # --- resident set: everything, Numba included ---------------------------------------------
@@ -212,5 +214,5 @@ def test_peak_rss_growth_is_bounded_by_the_workspace(case):
     figures = rss_growth(**case)
     bound = figures["results"] + figures["workspace"] + RSS_SLACK
     assert figures["grown"] <= bound, f"{case}: {figures} (bound {bound})"
-    if case["dtype"] == "float16":  # the measure is not blind: it sees the float32 copies
+    if case["dtype"] == "float16":  # the measure is not blind: it sees the scratch
         assert figures["grown"] - figures["results"] >= 0.5 * figures["workspace"], figures

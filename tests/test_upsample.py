@@ -400,16 +400,16 @@ def test_inconsistent_scales_stay_in_bounds(scales, torch_safe):
 
 # --- workspace ---------------------------------------------------------------------------
 
-def test_workspace_counts_sixteen_bit_copies():
-    # 16-bit calls add exactly a float32 copy of the source and of the result.
+def test_workspace_sixteen_bit_needs_no_copies():
+    # 16-bit calls read and write their own memory (computing in float32 a row or a tile
+    # at a time): no float32 copy of the source or the result, the workspace of float32.
     go, size = (2, 3, 8, 10, 12), (2, 3, 4, 5, 6)
-    copies = 4 * (math.prod(go) + math.prod(size))
     for layout in ("NCDHW", "NDHWC"):
         for dtype in SIXTEEN_BIT:
             for nbytes, shapes in ((upsample_module.backward_workspace_nbytes, (go, size)),
                                    (upsample_module.forward_workspace_nbytes, (size, go[2:]))):
                 narrow = nbytes(*shapes, dtype, layout=layout)
-                assert narrow - nbytes(*shapes, np.float32, layout=layout) == copies
+                assert narrow == nbytes(*shapes, np.float32, layout=layout) > 0
     # Scratch is per running thread, tables are shared: the backward's scratch is a plane
     # combined along D (Hs x (Ws + 1), a zero voxel ending each row) and one along H too.
     one = upsample_module.backward_workspace_nbytes(go, size, np.float32, threads=1)

@@ -1,20 +1,29 @@
-// Python bindings of the upsampling kernels.
+// Python bindings of the upsampling kernels, their workspace and their per-axis maps.
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/tuple.h>
 
 #include <tuple>
+#include <vector>
 
 #include "bindings.h"
+#include "upsample_plan.h"
 
 namespace nb = nanobind;
 
 namespace vs {
 
 namespace {
-UpsampleArgs upsample_args(nb::handle src, nb::handle dst, bool align_corners,
-                           std::tuple<double, double, double> scales, int threads) {
+using Scales = std::tuple<double, double, double>;
+using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+UpsampleArgs upsample_args(nb::handle src, nb::handle dst, bool channels_last,
+                           bool align_corners, Scales scales, int threads) {
   UpsampleArgs a;
   a.src = strided(src);
   a.dst = strided(dst);
+  if (a.src.ndim != 5 || a.dst.ndim != 5)
+    throw std::invalid_argument("upsample: src and dst must be 5-d");
+  a.channels_last = channels_last;
   a.align_corners = align_corners;
   a.scales[0] = std::get<0>(scales);
   a.scales[1] = std::get<1>(scales);
@@ -22,29 +31,76 @@ UpsampleArgs upsample_args(nb::handle src, nb::handle dst, bool align_corners,
   a.threads = threads;
   return a;
 }
+
+void unpack(const Shape& s, int64_t* out) {
+  out[0] = std::get<0>(s), out[1] = std::get<1>(s), out[2] = std::get<2>(s);
+  out[3] = std::get<3>(s), out[4] = std::get<4>(s);
+}
+
+template <class T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& values) {
+  auto* owned = new std::vector<T>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
+}
+
+template <class T>
+nb::tuple axis_map_arrays(int64_t in_size, int64_t out_size, bool align_corners, double scale,
+                          bool transposed) {
+  AxisMap<T> m = axis_map<T>(in_size, out_size, align_corners, scale, transposed);
+  return nb::make_tuple(to_numpy(std::move(m.starts)), to_numpy(std::move(m.index)),
+                        to_numpy(std::move(m.weight)));
+}
 }  // namespace
 
 void bind_upsample(nb::module_& m) {
   m.def(
       "upsample_forward",
-      [](nb::handle src, nb::handle dst, bool align_corners,
-         std::tuple<double, double, double> scales, int threads) {
-        const UpsampleArgs a = upsample_args(src, dst, align_corners, scales, threads);
+      [](nb::handle src, nb::handle dst, bool channels_last, bool align_corners, Scales scales,
+         int threads) {
+        const UpsampleArgs a = upsample_args(src, dst, channels_last, align_corners, scales, threads);
         nb::gil_scoped_release release;
         active_kernels().upsample_forward(a);
       },
-      nb::arg("src"), nb::arg("dst"), nb::arg("align_corners"), nb::arg("scales"),
-      nb::arg("threads"));
+      nb::arg("src"), nb::arg("dst"), nb::arg("channels_last"), nb::arg("align_corners"),
+      nb::arg("scales"), nb::arg("threads"));
   m.def(
       "upsample_backward",
-      [](nb::handle src, nb::handle dst, bool align_corners,
-         std::tuple<double, double, double> scales, int threads) {
-        const UpsampleArgs a = upsample_args(src, dst, align_corners, scales, threads);
+      [](nb::handle src, nb::handle dst, bool channels_last, bool align_corners, Scales scales,
+         int threads) {
+        const UpsampleArgs a = upsample_args(src, dst, channels_last, align_corners, scales, threads);
         nb::gil_scoped_release release;
         active_kernels().upsample_backward(a);
       },
-      nb::arg("src"), nb::arg("dst"), nb::arg("align_corners"), nb::arg("scales"),
-      nb::arg("threads"));
+      nb::arg("src"), nb::arg("dst"), nb::arg("channels_last"), nb::arg("align_corners"),
+      nb::arg("scales"), nb::arg("threads"));
+  m.def(
+      "upsample_workspace_nbytes",
+      [](Shape src_shape, Shape dst_shape, bool double_precision, bool channels_last,
+         bool align_corners, Scales scales, int threads, bool transposed) {
+        int64_t src[5], dst[5];
+        unpack(src_shape, src);
+        unpack(dst_shape, dst);
+        const double s[3] = {std::get<0>(scales), std::get<1>(scales), std::get<2>(scales)};
+        const UpsampleGeometry g(src, dst, channels_last, threads);
+        return double_precision ? upsample_workspace_nbytes<double>(g, align_corners, s, transposed)
+                                : upsample_workspace_nbytes<float>(g, align_corners, s, transposed);
+      },
+      nb::arg("src_shape"), nb::arg("dst_shape"), nb::arg("double_precision"),
+      nb::arg("channels_last"), nb::arg("align_corners"), nb::arg("scales"), nb::arg("threads"),
+      nb::arg("transposed"),
+      "Bytes one upsample pass allocates beyond its result (tables and per-thread scratch).");
+  m.def(
+      "upsample_axis_map",
+      [](int64_t in_size, int64_t out_size, bool align_corners, double scale,
+         bool double_precision, bool transposed) {
+        return double_precision
+                   ? axis_map_arrays<double>(in_size, out_size, align_corners, scale, transposed)
+                   : axis_map_arrays<float>(in_size, out_size, align_corners, scale, transposed);
+      },
+      nb::arg("in_size"), nb::arg("out_size"), nb::arg("align_corners"), nb::arg("scale"),
+      nb::arg("double_precision"), nb::arg("transposed"),
+      "One axis's forward map (or its transpose) in CSR form: (starts, index, weight).");
 }
 
 }  // namespace vs

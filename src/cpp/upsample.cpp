@@ -1,19 +1,383 @@
-// Upsampling kernels (compiled once per ISA). Being ported from the Numba kernels.
-#include <stdexcept>
+// Trilinear upsampling kernels, forward and backward (compiled once per ISA).
+//
+// Both directions apply one 1-D map per axis (upsample_plan.h) in one parallel sweep
+// over the destination planes:
+//
+// - forward: dst = D(H(W(src))). Each source plane a dst plane needs is mapped along W
+//   and then H into one of two slots (a dst plane reads source planes i1 and i0, equal or
+//   adjacent, so the slot is the plane's parity) once per work item, and the slots are
+//   combined along D. W runs on the smallest data, and each voxel is PyTorch's nested
+//   evaluation fma(lz0, .., lz1 * ..) over fma(ly0, .., ..) over fma(lx0, v0, lx1 * v1),
+//   operation for operation (explicit fma; the build never contracts on its own).
+// - backward: dst = W(H(D(src))) with the transposed maps: for each dst plane, the source
+//   planes of its D row are combined into scratch, mapped along H, and gathered along W
+//   (the costly gather on the smallest data) straight into dst.
+//
+// 16-bit data is read from its own memory into float32 (a row or a tile at a time) and
+// rounded once when stored. The inner loops run over contiguous rows or channel vectors
+// with the same operations in every lane, so every ISA gives the scalar path's bits.
+//
+// Determinism: a work item owns whole dst planes and writes only them and its thread's
+// scratch; each dst value is a sum over map entries in a fixed order. No atomics, and
+// the bits depend neither on the thread count nor on which thread runs which item.
+#include <omp.h>
 
-#include "coords.h"
+#include <cmath>
+#include <memory>
+#include <stdexcept>
+#include <type_traits>
+
 #include "dtypes.h"
 #include "upsample.h"
+#include "upsample_plan.h"
+#include "upsample_simd.h"
 
 namespace vs {
 namespace VS_ISA {
+namespace {
 
-void upsample_forward(const UpsampleArgs&) {
-  throw std::logic_error("upsample_forward: not yet ported to C++");
+constexpr int64_t TILE = 512;  // compute-type elements of a stack tile (16-bit loads, stores)
+
+// Row h of a source plane: element (x, i) (x < n_x, channel i < inner) at
+// row + x * sx + i * si. `read` gives a run of it, in flat order x * inner + i, as compute
+// type values: the row's own memory where it already holds them, else converted.
+template <class S, class C>
+struct RowReader {
+  int64_t inner, sx, si;
+  bool flat;       // element j of the flat order lies at row + j * step
+  int64_t step;
+
+  RowReader(int64_t inner_, int64_t sx_, int64_t si_) : inner(inner_), sx(sx_), si(si_) {
+    flat = inner == 1 || sx == inner * si;
+    step = inner == 1 ? sx : si;
+  }
+
+  const C* read(const S* row, int64_t j0, int64_t m, C* buffer) const {
+    if constexpr (std::is_same_v<S, C>)
+      if (flat && step == 1) return row + j0;
+    if (flat) {
+      load_run(buffer, row + j0 * step, step, m);
+      return buffer;
+    }
+    int64_t x = j0 / inner, i = j0 % inner;
+    for (int64_t j = 0; j < m; ++j) {
+      buffer[j] = storage<S>::template load<C>(row + x * sx + i * si);
+      if (++i == inner) i = 0, ++x;
+    }
+    return buffer;
+  }
+};
+
+// n values into contiguous dst memory: compute(out, j0, m) writes flat values
+// [j0, j0 + m) to out; straight into dst where it has the compute type, else a tile at a
+// time, rounded once.
+template <class S, class C, class F>
+inline void emit(S* dst, int64_t n, F&& compute) {
+  if constexpr (std::is_same_v<S, C>) {
+    compute(dst, int64_t(0), n);
+  } else {
+    C tile[TILE];
+    for (int64_t j0 = 0; j0 < n; j0 += TILE) {
+      const int64_t m = n - j0 < TILE ? n - j0 : TILE;
+      compute(tile, j0, m);
+      store_run(dst + j0, tile, m);
+    }
+  }
 }
-void upsample_backward(const UpsampleArgs&) {
-  throw std::logic_error("upsample_backward: not yet ported to C++");
+
+// out[(x - x0) * (c1 - c0) + i - c0] = sum_k weight[k, x] * row[index[k, x] * inner + i]
+// for x in [x0, x1), i in [c0, c1): the W map on whole channel vectors, the first tap a
+// product and later ones fused in (two taps: fma(l0, v0, l1 * v1)).
+template <class C>
+void gather_w(C* out, const C* row, const Taps<C>& t, int64_t inner, int64_t x0, int64_t x1,
+              int64_t c0, int64_t c1) {
+  const int64_t n = t.rows;
+  const int64_t* index = t.index.data();
+  const C* weight = t.weight.data();
+  if (inner == 1) {  // one tap at a time over the row: vector gathers
+    const int64_t m = x1 - x0;
+    const int64_t* first = index + x0;  // tap k of output x: first[k * n + x]
+    const C* w_first = weight + x0;
+    if (t.K == 2) {
+      const int64_t* second = first + n;
+      const C* w_second = w_first + n;
+#pragma omp simd
+      for (int64_t x = 0; x < m; ++x)
+        out[x] = std::fma(w_second[x], row[second[x]], w_first[x] * row[first[x]]);
+      return;
+    }
+#pragma omp simd
+    for (int64_t x = 0; x < m; ++x) out[x] = w_first[x] * row[first[x]];
+    for (int64_t k = 1; k < t.K; ++k) {
+      const int64_t* ik = first + k * n;
+      const C* wk = w_first + k * n;
+#pragma omp simd
+      for (int64_t x = 0; x < m; ++x) out[x] = std::fma(wk[x], row[ik[x]], out[x]);
+    }
+    return;
+  }
+  const int64_t len = c1 - c0;
+  for (int64_t x = x0; x < x1; ++x) {
+    C* o = out + (x - x0) * len;
+    const C* v = row + index[x] * inner + c0;
+    const C w = weight[x];
+    if (t.K == 2) {
+      const C* v_second = row + index[n + x] * inner + c0;
+      const C w_second = weight[n + x];
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) o[i] = std::fma(w_second, v_second[i], w * v[i]);
+      continue;
+    }
+#pragma omp simd
+    for (int64_t i = 0; i < len; ++i) o[i] = w * v[i];
+    for (int64_t k = 1; k < t.K; ++k) {
+      const C* vk = row + index[k * n + x] * inner + c0;
+      const C wk = weight[k * n + x];
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) o[i] = std::fma(wk, vk[i], o[i]);
+    }
+  }
 }
+
+// The W map of one row into contiguous dst memory (rounded once where S is 16-bit).
+template <class S, class C>
+void gather_w_into(S* out, const C* row, const Taps<C>& t, int64_t inner) {
+  const int64_t n = t.rows;
+  if constexpr (std::is_same_v<S, C>) {
+    gather_w(out, row, t, inner, 0, n, 0, inner);
+  } else {
+    C tile[TILE];
+    if (inner <= TILE) {
+      const int64_t xb = TILE / inner;
+      for (int64_t x0 = 0; x0 < n; x0 += xb) {
+        const int64_t x1 = x0 + xb < n ? x0 + xb : n;
+        gather_w(tile, row, t, inner, x0, x1, 0, inner);
+        store_run(out + x0 * inner, tile, (x1 - x0) * inner);
+      }
+      return;
+    }
+    for (int64_t x = 0; x < n; ++x)
+      for (int64_t c0 = 0; c0 < inner; c0 += TILE) {
+        const int64_t c1 = c0 + TILE < inner ? c0 + TILE : inner;
+        gather_w(tile, row, t, inner, x, x + 1, c0, c1);
+        store_run(out + x * inner + c0, tile, c1 - c0);
+      }
+  }
+}
+
+// out row r (row_len contiguous values) = sum over map row r's entries of
+// weight * in row index, in the entries' order (first a product, then fused); a row
+// without entries is zero. The H map, on whole rows.
+template <class C>
+void combine_rows(C* out, const C* in, int64_t row_len, const AxisMap<C>& map) {
+  for (int64_t r = 0; r < map.rows(); ++r) {
+    C* o = out + r * row_len;
+    const int64_t first = map.starts[r], stop = map.starts[r + 1];
+    if (first == stop) {
+      for (int64_t j = 0; j < row_len; ++j) o[j] = C(0);
+      continue;
+    }
+    if (stop - first == 2) {
+      const C* v1 = in + map.index[first] * row_len;
+      const C* v0 = in + map.index[first + 1] * row_len;
+      const C w1 = map.weight[first], w0 = map.weight[first + 1];
+#pragma omp simd
+      for (int64_t j = 0; j < row_len; ++j) o[j] = std::fma(w0, v0[j], w1 * v1[j]);
+      continue;
+    }
+    for (int64_t k = first; k < stop; ++k) {
+      const C* v = in + map.index[k] * row_len;
+      const C w = map.weight[k];
+      if (k == first) {
+#pragma omp simd
+        for (int64_t j = 0; j < row_len; ++j) o[j] = w * v[j];
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < row_len; ++j) o[j] = std::fma(w, v[j], o[j]);
+      }
+    }
+  }
+}
+
+// What both directions share: the geometry, the tables, the operands' addressing and
+// each thread's scratch.
+template <class S, class C>
+struct Pass {
+  const UpsampleGeometry g;
+  const UpsampleTables<C> t;
+  const S* src;
+  S* dst;
+  int64_t ss[5], ds[5];     // element strides; ss[1] / ds[1] step a channel group too
+  int64_t per_thread;
+  std::unique_ptr<C[]> scratch;
+
+  Pass(const UpsampleArgs& a, bool transposed)
+      : g(a.src.shape, a.dst.shape, a.channels_last, a.threads),
+        t(g, a.align_corners, a.scales, transposed),
+        src(a.src.ptr<S>()),
+        dst(a.dst.ptr<S>()),
+        per_thread(upsample_scratch_elements(g, transposed)) {
+    for (int k = 0; k < 5; ++k) ss[k] = a.src.stride[k], ds[k] = a.dst.stride[k];
+    // dst planes are dense runs: H, W (and channels last, C) contiguous in that order.
+    const int64_t C_ = g.dst[1], H = g.dst[3], W = g.dst[4];
+    const int64_t inner = g.inner;
+    const bool dense = (inner == 1 || C_ == 1 || ds[1] == 1) && (W == 1 || ds[4] == inner) &&
+                       (H == 1 || ds[3] == W * inner);
+    if (!dense) throw std::invalid_argument("upsample: dst planes must be contiguous");
+    // Zeroed: the backward's zero voxels stay zero, and every page is touched here, so the
+    // resident memory is what workspace_nbytes counts whichever threads get work.
+    scratch.reset(new C[g.threads * per_thread]());
+  }
+
+  // Item -> (source base, dst base, first and end plane).
+  void item(int64_t it, const S*& s_base, S*& d_base, int64_t& p0, int64_t& p1) const {
+    const int64_t per_n = g.groups / g.dst[0];  // channel groups per batch
+    const int64_t q = it % g.n_chunks, ng = it / g.n_chunks;
+    const int64_t n = ng / per_n, c = ng % per_n;
+    const int64_t c_src = per_n == 1 ? 0 : c * ss[1], c_dst = per_n == 1 ? 0 : c * ds[1];
+    s_base = src + n * ss[0] + c_src;
+    d_base = dst + n * ds[0] + c_dst;
+    p0 = q * g.chunk;
+    p1 = p0 + g.chunk < g.dst[2] ? p0 + g.chunk : g.dst[2];
+  }
+  C* thread_scratch() const { return scratch.get() + int64_t(omp_get_thread_num()) * per_thread; }
+};
+
+template <class S, class C>
+void forward_pass(const UpsampleArgs& a) {
+  Pass<S, C> ps(a, false);
+  const UpsampleGeometry& g = ps.g;
+  if (g.items == 0) return;
+  const int64_t Hs = g.src[3], Ws = g.src[4], Hd = g.dst[3], Wd = g.dst[4];
+  const int64_t inner = g.inner, row_len = Wd * inner, plane = Hd * row_len;
+  const RowReader<S, C> reader(inner, ps.ss[4], ps.ss[1]);
+  const AxisMap<C>& dmap = ps.t.d;
+#pragma omp parallel num_threads(int(g.threads))
+  {
+    C* stage = ps.thread_scratch();
+    C* mapped_w = stage + Ws * inner;
+    C* slots[2];
+    slots[0] = mapped_w + (Hs != Hd ? Hs * row_len : 0);
+    slots[1] = slots[0] + plane;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < g.items; ++it) {
+      const S* s_base;
+      S* d_base;
+      int64_t p0, p1;
+      ps.item(it, s_base, d_base, p0, p1);
+      int64_t held[2] = {-1, -1};  // the source plane in each slot
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t first = dmap.starts[p], stop = dmap.starts[p + 1];
+        for (int64_t k = first; k < stop; ++k) {
+          const int64_t s = dmap.index[k];
+          if (held[s % 2] == s) continue;
+          const S* sp = s_base + s * ps.ss[2];
+          C* mapped = Hs == Hd ? slots[s % 2] : mapped_w;  // H keeps its size: W into the slot
+          for (int64_t h = 0; h < Hs; ++h)
+            gather_w(mapped + h * row_len, reader.read(sp + h * ps.ss[3], 0, Ws * inner, stage),
+                     ps.t.w, inner, 0, Wd, 0, inner);
+          if (Hs != Hd) combine_rows(slots[s % 2], mapped_w, row_len, ps.t.h);
+          held[s % 2] = s;
+        }
+        const C* v1 = slots[dmap.index[first] % 2];
+        const C w1 = dmap.weight[first];
+        S* out = d_base + p * ps.ds[2];
+        if (stop - first == 1) {  // D keeps its size
+          emit<S, C>(out, plane, [&](C* o, int64_t j0, int64_t m) {
+#pragma omp simd
+            for (int64_t j = 0; j < m; ++j) o[j] = w1 * v1[j0 + j];
+          });
+        } else {
+          const C* v0 = slots[dmap.index[first + 1] % 2];
+          const C w0 = dmap.weight[first + 1];
+          emit<S, C>(out, plane, [&](C* o, int64_t j0, int64_t m) {
+#pragma omp simd
+            for (int64_t j = 0; j < m; ++j) o[j] = std::fma(w0, v0[j0 + j], w1 * v1[j0 + j]);
+          });
+        }
+      }
+    }
+  }
+}
+
+template <class S, class C>
+void backward_pass(const UpsampleArgs& a) {
+  Pass<S, C> ps(a, true);
+  const UpsampleGeometry& g = ps.g;
+  if (g.items == 0) return;
+  const int64_t Hs = g.src[3], Ws = g.src[4], Hd = g.dst[3], Wd = g.dst[4];
+  const int64_t inner = g.inner;
+  const int64_t row_len = (Ws + 1) * inner;  // each scratch row ends in a zero voxel
+  const int64_t run = Ws * inner;            // the part of it the D map writes
+  const RowReader<S, C> reader(inner, ps.ss[4], ps.ss[1]);
+  const AxisMap<C>& dmap = ps.t.d;
+#pragma omp parallel num_threads(int(g.threads))
+  {
+    C* mapped_d = ps.thread_scratch();
+    C* mapped = Hs == Hd ? mapped_d : mapped_d + Hs * row_len;
+    C tile[TILE];
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t it = 0; it < g.items; ++it) {
+      const S* s_base;
+      S* d_base;
+      int64_t p0, p1;
+      ps.item(it, s_base, d_base, p0, p1);
+      for (int64_t p = p0; p < p1; ++p) {
+        // Along D: the source planes of row p, a tile of each row at a time.
+        const int64_t first = dmap.starts[p], stop = dmap.starts[p + 1];
+        for (int64_t h = 0; h < Hs; ++h) {
+          C* o = mapped_d + h * row_len;
+          if (first == stop) {
+            for (int64_t j = 0; j < run; ++j) o[j] = C(0);
+            continue;
+          }
+          for (int64_t j0 = 0; j0 < run; j0 += TILE) {
+            const int64_t m = run - j0 < TILE ? run - j0 : TILE;
+            for (int64_t k = first; k < stop; ++k) {
+              const C* v = reader.read(s_base + dmap.index[k] * ps.ss[2] + h * ps.ss[3], j0, m, tile);
+              const C w = dmap.weight[k];
+              C* oj = o + j0;
+              if (k == first) {
+#pragma omp simd
+                for (int64_t j = 0; j < m; ++j) oj[j] = w * v[j];
+              } else {
+#pragma omp simd
+                for (int64_t j = 0; j < m; ++j) oj[j] = std::fma(w, v[j], oj[j]);
+              }
+            }
+          }
+        }
+        if (Hs != Hd) combine_rows(mapped, mapped_d, row_len, ps.t.h);  // zero voxels stay zero
+        S* out = d_base + p * ps.ds[2];
+        for (int64_t h = 0; h < Hd; ++h)
+          gather_w_into(out + h * Wd * inner, mapped + h * row_len, ps.t.w, inner);
+      }
+    }
+  }
+}
+
+template <bool transposed>
+void run(const UpsampleArgs& a) {
+  if (a.src.dtype != a.dst.dtype) throw std::invalid_argument("upsample: src and dst dtypes differ");
+  auto go = [&](auto s, auto c) {
+    using S = decltype(s);
+    using C = decltype(c);
+    if constexpr (transposed) backward_pass<S, C>(a);
+    else forward_pass<S, C>(a);
+  };
+  switch (a.src.dtype) {
+    case DType::float16: return go(float16_bits{}, float{});
+    case DType::bfloat16: return go(bfloat16_bits{}, float{});
+    case DType::float32: return go(float{}, float{});
+    case DType::float64: return go(double{}, double{});
+    default: throw std::invalid_argument("upsample: unsupported dtype");
+  }
+}
+
+}  // namespace
+
+void upsample_forward(const UpsampleArgs& args) { run<false>(args); }
+void upsample_backward(const UpsampleArgs& args) { run<true>(args); }
 
 }  // namespace VS_ISA
 }  // namespace vs

@@ -1,4 +1,5 @@
-"""Coordinate maths shared by every CPU kernel: the formulas of SPEC §2 and §3.
+"""Coordinate maths of the Numba grid-sampling kernels: the formulas of SPEC §2.
+(Upsampling's, SPEC §3, are the C++ core's: ``src/cpp/coords.h``.)
 
 Grid sampling maps a normalised coordinate c in [-1, 1] to a voxel coordinate along an
 axis of size S. align_corners decides what -1 and +1 mean::
@@ -18,9 +19,8 @@ derivative where it is unused).
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic, overload
+from numba import njit
+from numba.extending import overload
 
 # Kernel integers for the modes (equal to the aclnn interpolationMode / paddingMode codes).
 BILINEAR, NEAREST = 0, 1
@@ -111,80 +111,3 @@ def source_index(coord, size, padding_mode, align_corners):
         x, g2 = clip(x, size)
         grad = grad * g * g2
     return x, grad
-
-
-# ---------------------------------------------------------------------------------------
-# Upsampling (SPEC §3): one axis of size ``in_size`` resampled to ``out_size``. Every
-# helper computes in the floating type of its float argument, as PyTorch's CPU kernel does
-# in its compute type: float32 data gets float32 ratios, coordinates and weights.
-# ---------------------------------------------------------------------------------------
-
-
-def fma(a, b, c):
-    """``a * b + c`` rounded once (fused multiply-add) in compiled code.
-
-    This Python body only runs with the JIT disabled, and rounds twice.
-    """
-    return a * b + c
-
-
-@intrinsic
-def _fma_numba(typingctx, a, b, c):
-    if not (isinstance(a, types.Float) and a == b == c):
-        return None
-
-    def codegen(context, builder, signature, args):
-        ty = context.get_value_type(a)
-        fused = builder.module.declare_intrinsic("llvm.fma", [ty], ir.FunctionType(ty, [ty] * 3))
-        return builder.call(fused, args)
-
-    return a(a, b, c), codegen
-
-
-@overload(fma)
-def _fma_overload(a, b, c):
-    return lambda a, b, c: _fma_numba(a, b, c)
-
-
-@njit(cache=True, inline="always")
-def upsample_ratio(in_size, out_size, align_corners, scale, like):
-    """Source step per output step, in the type of ``like``.
-
-    ``scale`` is the forward's scale factor for this axis as a float64; a value <= 0 means
-    none was given, and the ratio then comes from the sizes. ``1 / scale`` is divided in
-    float64 and then rounded, like PyTorch's ``compute_scales_value``.
-    """
-    if align_corners:
-        if out_size > 1:
-            return typed(in_size - 1, like) / typed(out_size - 1, like)
-        return typed(0, like)
-    if scale > 0:
-        return typed(1.0 / scale, like)
-    return typed(in_size, like) / typed(out_size, like)
-
-
-@njit(cache=True, inline="always")
-def upsample_source(ratio, o, align_corners):
-    """Source coordinate of output index ``o`` (never below 0)."""
-    if align_corners:
-        return ratio * typed(o, ratio)
-    half = typed(0.5, ratio)
-    # Fused, as PyTorch's x86 CPU build evaluates it: one rounding where the plain
-    # formula has two, and a coordinate that agrees with PyTorch's bit for bit.
-    src = fma(ratio, typed(o, ratio) + half, -half)
-    return typed(0, ratio) if src < typed(0, ratio) else src
-
-
-@njit(cache=True, inline="always")
-def upsample_taps(src, in_size):
-    """The two source indices of a source coordinate and their weights: (i0, i1, l0, l1).
-
-    i0 is compared with ``in_size - 1`` while still a float, so a huge coordinate (a scale
-    inconsistent with the sizes) clamps to the last index instead of overflowing int64.
-    """
-    last = in_size - 1
-    low = np.floor(src)
-    i0 = last if low >= typed(last, src) else np.int64(low)
-    l1 = min(max(src - typed(i0, src), typed(0, src)), typed(1, src))
-    i1 = i0 + 1 if i0 < last else i0
-    return i0, i1, typed(1, src) - l1, l1

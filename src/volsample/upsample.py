@@ -3,8 +3,8 @@
 
 The NumPy front door of the operator family of ``torch.nn.functional.interpolate`` with
 ``mode="trilinear"`` and of CANN's ``aclnnUpsampleTrilinear3dBackward``. Semantics: SPEC §3.
-Both directions apply one 1-D map per axis (see ``_numba.upsample``); a volume whose
-spatial size does not change is copied.
+Both directions apply one 1-D map per axis (the C++ kernels, ``src/cpp/upsample.cpp``);
+a volume whose spatial size does not change is copied.
 """
 from __future__ import annotations
 
@@ -12,11 +12,8 @@ import math
 
 import numpy as np
 
-from . import _checks, _config, _dtypes, _layout
-from ._numba import upsample as _kernels
-
-_INDEX = np.dtype(np.int64)
-_ITEMS_PER_THREAD = 4  # work items per thread, so that a busy core delays little
+from . import _checks, _config, _layout
+from ._cpu import upsample as _kernels
 
 
 def _identity(src_shape, dst_shape):
@@ -29,65 +26,31 @@ def _work(src_shape, dst_shape):
     return max(math.prod(src_shape), math.prod(dst_shape))
 
 
-def _chunk(dst_shape, layout, threads):
-    """dst planes per work item, and the number of items: the largest chunks that still
-    give every thread a few items."""
-    N, C, planes = dst_shape[0], dst_shape[1], dst_shape[2]
-    groups = N * (1 if layout == "NDHWC" else C)
-    n_chunks = max(1, min(planes, -(-_ITEMS_PER_THREAD * threads // groups)))
-    chunk = -(-planes // n_chunks)
-    return chunk, groups * -(-planes // chunk)
-
-
 def _resample(src, dst_shape, align_corners, scales, layout, transposed):
     """The logical volume ``src`` mapped to a new logical volume of ``dst_shape`` in
-    ``layout``: by the forward's maps, or with ``transposed`` by their adjoints. Returns
-    the result in the compute dtype (in ``src``'s dtype where nothing is computed)."""
+    ``layout``, of ``src``'s dtype: by the forward's maps, or with ``transposed`` by their
+    adjoints."""
     if 0 in dst_shape:  # a zero N or C: nothing to compute
         return _layout.empty(dst_shape, src.dtype, layout)
     if _identity(src.shape, dst_shape):
         out = _layout.empty(dst_shape, src.dtype, layout)
         np.copyto(out, src)
         return out
-    compute = _dtypes.compute_dtype(src.dtype)
-    shapes = (dst_shape, src.shape) if transposed else (src.shape, dst_shape)
-    args, _ = _kernels.tables(*shapes, align_corners, scales, compute.type(0), transposed)
-    src = _dtypes.as_compute(src, compute)
-    dst = _layout.empty(dst_shape, compute, layout)
     threads = _config.threads_for(_work(src.shape, dst_shape))
-    chunk, _ = _chunk(dst_shape, layout, threads)
-    with _config.parallel_launch(threads):
-        _kernels.launch(src, dst, layout == "NDHWC", args, chunk, transposed)
-    return dst
+    launch = _kernels.backward if transposed else _kernels.forward
+    return launch(src, dst_shape, align_corners, scales, layout, threads)
 
 
 def _workspace_nbytes(input_shape, output_shape, dtype, align_corners, scales, layout,
                       threads, backward):
     """Scratch bytes of the forward from logical ``input_shape`` to ``output_shape``, or
-    with ``backward`` of its adjoint; mirrors ``_resample`` and the kernels."""
-    dtype = np.dtype(dtype)
-    compute = _dtypes.compute_dtype(dtype)
+    with ``backward`` of its adjoint; mirrors ``_resample``."""
     src_shape, dst_shape = (output_shape, input_shape) if backward else (input_shape, output_shape)
     if 0 in dst_shape or _identity(src_shape, dst_shape):
         return 0
     threads = threads or _config.threads_for(_work(src_shape, dst_shape))
-    _, total = _kernels.tables(input_shape, output_shape, align_corners, scales,
-                               compute.type(0), backward)
-    if dtype != compute:  # the converted source, and the result before its rounding
-        total += (math.prod(src_shape) + math.prod(dst_shape)) * compute.itemsize
-    # Per running work item: forward, a plane mapped along W (unless H keeps its size)
-    # and two slots mapped along H too; backward, a plane combined along D and one mapped
-    # along H too (unless H keeps its size), each row ending in a zero voxel.
-    _, items = _chunk(dst_shape, layout, threads)
-    inner = dst_shape[1] if layout == "NDHWC" else 1
-    Hs, Hd = src_shape[3], dst_shape[3]
-    if backward:
-        scratch = (Hs + (Hd if Hs != Hd else 0)) * (src_shape[4] + 1) * inner * compute.itemsize
-    else:  # and which src plane each slot holds
-        scratch = ((Hs if Hs != Hd else 0) + 2 * Hd) * dst_shape[4] * inner * compute.itemsize
-        scratch += 2 * _INDEX.itemsize
-    total += min(threads, items) * scratch
-    return int(total)
+    return _kernels.workspace_nbytes(src_shape, dst_shape, dtype, align_corners, scales, layout,
+                                     threads, backward)
 
 
 def forward_workspace_nbytes(input_shape, output_size, dtype, align_corners=False,
@@ -114,8 +77,8 @@ def backward_workspace_nbytes(grad_output_shape, input_size, dtype, align_corner
 
     ``grad_output_shape`` is logical (N, C, Do, Ho, Wo) and ``input_size`` (N, C, Di, Hi,
     Wi); the other arguments are the call's (``threads``: the threads it runs on, by
-    default as many as the call would take now). It counts the float32 copies of a 16-bit gradient and result, the per-axis
-    tables, and each running thread's scratch planes.
+    default as many as the call would take now). It counts the per-axis tables and
+    each running thread's scratch planes (16-bit data is read and written in place).
     """
     return _workspace_nbytes(tuple(int(v) for v in input_size),
                              tuple(int(v) for v in grad_output_shape), dtype, align_corners,
@@ -170,7 +133,7 @@ def upsample_trilinear_3d(input, size=None, scale_factor=None, align_corners=Fal
     out_spatial, scales = _checks.upsample_output_size(volume.shape[2:], size, scale_factor)
     out = _resample(volume, volume.shape[:2] + out_spatial, align_corners, scales, layout,
                     transposed=False)
-    return _layout.physical(out, layout).astype(input.dtype, copy=False)
+    return _layout.physical(out, layout)
 
 
 def upsample_trilinear_3d_backward(grad_output, input_size, align_corners=False, scales=None,
@@ -222,4 +185,4 @@ def upsample_trilinear_3d_backward(grad_output, input_size, align_corners=False,
             f"shape {gout.shape} ({layout})")
     _checks.nonempty_spatial("grad_output", gout.shape[2:])
     grad_input = _resample(gout, input_size, align_corners, scales, layout, transposed=True)
-    return _layout.physical(grad_input, layout).astype(grad_output.dtype, copy=False)
+    return _layout.physical(grad_input, layout)

@@ -2,9 +2,9 @@
 
 Along one axis the forward is a sparse matrix: output index o reads taps i1 and i0 with
 weights l1 and l0 (or, where the axis keeps its size, is the identity). The matrices come
-from the CPU backend's ``axis_matrix``, so both backends use the same coordinates and
-weights, bit for bit; ``transpose`` gives the backward's, each input index listing its
-outputs in increasing order.
+from the CPU backend's ``axis_map``, so both backends use the same coordinates and
+weights, bit for bit; its transposed form gives the backward's, each input index listing
+its outputs in increasing order.
 
 Forward: one program per block of output points reads the 8 taps and evaluates
 PyTorch's nested lerp ``fma(l0, v0, l1 * v1)`` along W, then H, then D.
@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._numba.upsample import axis_matrix, transpose
+from .._cpu.upsample import axis_map
 from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
                is_channels_last, new_volume, on_device_of_first_argument, programs,
                split_spatial, tile, tl_dtype)
@@ -33,15 +33,13 @@ _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 def _matrices(sizes_in, sizes_out, align_corners, scales, compute, device, transposed):
     """Per spatial axis (D, H, W) the forward's CSR matrix (or, ``transposed``, its
     transpose) as device tensors (starts, index, weight); None where in == out."""
-    like = _NUMPY[compute](0)
     host = []
     scales = scales or (None, None, None)
     for n_in, n_out, scale in zip(sizes_in, sizes_out, scales):
         if n_in == n_out:
             host.append(None)
             continue
-        matrix = axis_matrix(n_in, n_out, align_corners, float(scale or 0.0), like)
-        host.append(transpose(*matrix, n_in) if transposed else matrix)
+        host.append(axis_map(n_in, n_out, align_corners, scale, _NUMPY[compute], transposed))
     # One copy to the device for all the integers, one for all the weights.
     present = [m for m in host if m is not None]
     ints = torch.from_numpy(np.concatenate([a for m in present for a in m[:2]])).to(device)

@@ -1,0 +1,185 @@
+// Upsampling's per-call plan: the per-axis maps, the work items and the scratch they
+// need. Independent of the ISA (plain C++, header only), so that the kernels (compiled
+// per ISA) and the bindings (workspace_nbytes, the GPU backend's tables) share it.
+//
+// Trilinear weights are separable: along each axis the forward is a sparse matrix with
+// two entries per output index (taps i1, i0 with weights l1, l0, in that order; the one
+// entry (o, 1) where the axis keeps its size), and the backward applies the transposes.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "coords.h"
+
+namespace vs {
+
+// One axis's map in CSR form: row r holds entries [starts[r], starts[r + 1]).
+template <class T>
+struct AxisMap {
+  std::vector<int64_t> starts, index;
+  std::vector<T> weight;
+  int64_t rows() const { return int64_t(starts.size()) - 1; }
+  int64_t nbytes() const {
+    return int64_t(starts.size() + index.size()) * 8 + int64_t(weight.size() * sizeof(T));
+  }
+};
+
+// The forward along one axis (out_size x in_size). Row o is (i1, l1) then (i0, l0): the
+// kernels compute fma(l0, v0, l1 * v1), the very operations of PyTorch's compiled lerp.
+template <class T>
+AxisMap<T> forward_axis_map(int64_t in_size, int64_t out_size, bool align_corners,
+                            double scale) {
+  const int64_t per_row = in_size == out_size ? 1 : 2;
+  AxisMap<T> m;
+  m.starts.resize(out_size + 1);
+  m.index.resize(per_row * out_size);
+  m.weight.resize(per_row * out_size);
+  const T ratio = upsample_ratio<T>(in_size, out_size, align_corners, scale);
+  m.starts[0] = 0;
+  for (int64_t o = 0; o < out_size; ++o) {
+    const int64_t k = per_row * o;
+    m.starts[o + 1] = k + per_row;
+    if (per_row == 1) {
+      m.index[k] = o;
+      m.weight[k] = T(1);
+      continue;
+    }
+    const auto t = upsample_taps(upsample_source(ratio, o, align_corners), in_size);
+    m.index[k] = t.i1;
+    m.weight[k] = t.l1;
+    m.index[k + 1] = t.i0;
+    m.weight[k + 1] = t.l0;
+  }
+  return m;
+}
+
+// The transpose (n_cols = the forward's in_size rows), by a stable counting sort: each
+// new row lists its entries in increasing old-row order, and within an old row in the
+// old order. That order is the backward's summation order.
+template <class T>
+AxisMap<T> transpose(const AxisMap<T>& m, int64_t n_cols) {
+  AxisMap<T> t;
+  t.starts.assign(n_cols + 1, 0);
+  for (int64_t i : m.index) ++t.starts[i + 1];
+  for (int64_t c = 0; c < n_cols; ++c) t.starts[c + 1] += t.starts[c];
+  t.index.resize(m.index.size());
+  t.weight.resize(m.weight.size());
+  std::vector<int64_t> next(t.starts.begin(), t.starts.end() - 1);
+  for (int64_t r = 0; r < m.rows(); ++r)
+    for (int64_t k = m.starts[r]; k < m.starts[r + 1]; ++k) {
+      const int64_t at = next[m.index[k]]++;
+      t.index[at] = r;
+      t.weight[at] = m.weight[k];
+    }
+  return t;
+}
+
+// The forward's map of an axis, or with `transposed` the backward's.
+template <class T>
+AxisMap<T> axis_map(int64_t in_size, int64_t out_size, bool align_corners, double scale,
+                    bool transposed) {
+  AxisMap<T> m = forward_axis_map<T>(in_size, out_size, align_corners, scale);
+  return transposed ? transpose(m, in_size) : m;
+}
+
+// A map as dense tap-major tables: index[k * rows + r] is row r's k-th entry, K the
+// longest row. Shorter rows are padded with entries (pad, 0), which must read a zero.
+// This is the W map's form: one tap at a time over a whole row of outputs.
+template <class T>
+struct Taps {
+  int64_t K = 0, rows = 0;
+  std::vector<int64_t> index;
+  std::vector<T> weight;
+  int64_t nbytes() const { return int64_t(index.size()) * 8 + int64_t(weight.size() * sizeof(T)); }
+};
+
+template <class T>
+Taps<T> dense_taps(const AxisMap<T>& m, int64_t pad) {
+  Taps<T> t;
+  t.rows = m.rows();
+  for (int64_t r = 0; r < t.rows; ++r) t.K = std::max(t.K, m.starts[r + 1] - m.starts[r]);
+  t.index.assign(t.K * t.rows, pad);
+  t.weight.assign(t.K * t.rows, T(0));
+  for (int64_t r = 0; r < t.rows; ++r)
+    for (int64_t k = m.starts[r]; k < m.starts[r + 1]; ++k) {
+      t.index[(k - m.starts[r]) * t.rows + r] = m.index[k];
+      t.weight[(k - m.starts[r]) * t.rows + r] = m.weight[k];
+    }
+  return t;
+}
+
+// Shapes of one pass src -> dst, both logical (N, C, D, H, W), and how it is cut into
+// work items: a batch, a channel (all channels, channels last: a voxel is then a vector
+// of `inner` channels) and a chunk of dst planes. Items own disjoint dst planes.
+struct UpsampleGeometry {
+  int64_t src[5], dst[5];
+  int64_t inner, groups, chunk, n_chunks, items, threads;
+
+  UpsampleGeometry(const int64_t* src_shape, const int64_t* dst_shape, bool channels_last,
+                   int threads_wanted) {
+    for (int k = 0; k < 5; ++k) {
+      src[k] = src_shape[k];
+      dst[k] = dst_shape[k];
+    }
+    const int64_t C = dst[1], planes = dst[2];
+    inner = channels_last ? C : 1;
+    groups = dst[0] * (channels_last ? 1 : C);
+    // The largest chunks that still give every thread a few items (items differ in
+    // cost, and cores may be shared).
+    constexpr int64_t items_per_thread = 4;
+    const int64_t t = std::max<int64_t>(1, threads_wanted);
+    const int64_t wanted = groups > 0 ? (items_per_thread * t + groups - 1) / groups : 1;
+    const int64_t chunks = std::max<int64_t>(1, std::min(planes, wanted));
+    chunk = planes > 0 ? (planes + chunks - 1) / chunks : 1;
+    n_chunks = planes > 0 ? (planes + chunk - 1) / chunk : 0;
+    items = groups * n_chunks;
+    threads = std::max<int64_t>(1, std::min(t, items));
+  }
+};
+
+// Scratch elements (of the compute type) one running thread holds.
+//  forward:  a staged source row (Ws channel vectors), a source plane mapped along W
+//            (unless H keeps its size) and two slots of planes mapped along H too;
+//  backward: a plane combined along D and one mapped along H too (unless H keeps its
+//            size), each row ending in a zero voxel that the padded W taps read.
+inline int64_t upsample_scratch_elements(const UpsampleGeometry& g, bool transposed) {
+  const int64_t Hs = g.src[3], Ws = g.src[4], Hd = g.dst[3], Wd = g.dst[4];
+  if (transposed) return (Hs + (Hs != Hd ? Hd : 0)) * (Ws + 1) * g.inner;
+  return (Ws + (Hs != Hd ? Hs * Wd : 0) + 2 * Hd * Wd) * g.inner;
+}
+
+// The maps one pass applies: W as dense taps, H and D in CSR form.
+template <class T>
+struct UpsampleTables {
+  Taps<T> w;
+  AxisMap<T> h, d;
+
+  // src/dst as in UpsampleGeometry; `forward_in` / `forward_out` are the forward's sizes
+  // (dst/src of the backward). scales are the forward's (D, H, W).
+  UpsampleTables(const UpsampleGeometry& g, bool align_corners, const double* scales,
+                 bool transposed) {
+    const int64_t* fin = transposed ? g.dst : g.src;
+    const int64_t* fout = transposed ? g.src : g.dst;
+    // Backward pad taps read the zero voxel that ends each scratch row (index Ws).
+    w = dense_taps(axis_map<T>(fin[4], fout[4], align_corners, scales[2], transposed),
+                   transposed ? g.src[4] : 0);
+    h = axis_map<T>(fin[3], fout[3], align_corners, scales[1], transposed);
+    d = axis_map<T>(fin[2], fout[2], align_corners, scales[0], transposed);
+  }
+  int64_t nbytes() const { return w.nbytes() + h.nbytes() + d.nbytes(); }
+};
+
+// Bytes a pass allocates beyond its result: the tables and each running thread's
+// scratch. A pass that changes no spatial size is a copy made by the caller.
+template <class T>
+int64_t upsample_workspace_nbytes(const UpsampleGeometry& g, bool align_corners,
+                                  const double* scales, bool transposed) {
+  if (g.items == 0) return 0;
+  const UpsampleTables<T> tables(g, align_corners, scales, transposed);
+  return tables.nbytes() +
+         g.threads * upsample_scratch_elements(g, transposed) * int64_t(sizeof(T));
+}
+
+}  // namespace vs
