@@ -11,7 +11,7 @@ import numbers
 import numpy as np
 
 from . import _dtypes
-from ._coords import BILINEAR, BORDER, NEAREST, REFLECTION, ZEROS
+from ._modes import BILINEAR, BORDER, NEAREST, REFLECTION, ZEROS
 
 
 class VolsampleError(Exception):

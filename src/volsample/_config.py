@@ -1,27 +1,16 @@
 """Process-wide settings: CPU thread count and the deterministic flag.
 
-Numba's thread count is a per-thread setting, so every kernel launch re-applies ours
-(``parallel_launch``); that way a call from any Python thread honours
-``set_num_threads``.
+Every kernel call takes its thread count as an argument (an OpenMP team of that size), so
+a call from any Python thread honours ``set_num_threads``, and calls from several Python
+threads at once each run a team of their own.
 """
 from __future__ import annotations
 
-import contextlib
-import os
-import threading
+from . import _cpu
 
-import numba
-
-# OpenMP and TBB let several Python threads launch parallel kernels at once; the
-# fallback 'workqueue' layer aborts the process on concurrent launches, so there we
-# serialise launches with a lock (see parallel_launch).
-if "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER_PRIORITY = ["omp", "tbb", "workqueue"]
-
-_MAX_THREADS = numba.config.NUMBA_NUM_THREADS
+_MAX_THREADS = _cpu.max_threads()
 _num_threads = _MAX_THREADS
 _deterministic = True
-_workqueue_lock = threading.Lock()
 
 
 def set_num_threads(n: int) -> None:
@@ -55,13 +44,6 @@ def get_deterministic() -> bool:
     return _deterministic
 
 
-def _layer_is_threadsafe() -> bool:
-    try:
-        return numba.threading_layer() != "workqueue"
-    except ValueError:  # no parallel kernel has run yet, so the layer is not chosen
-        return False
-
-
 # Below this many elementary items per thread (a sample point in one channel, say),
 # waking another thread costs more than it saves.
 MIN_WORK_PER_THREAD = 1 << 15
@@ -70,15 +52,3 @@ MIN_WORK_PER_THREAD = 1 << 15
 def threads_for(work: int) -> int:
     """How many threads a launch of ``work`` items uses: all of them, unless it is small."""
     return max(1, min(_num_threads, work // MIN_WORK_PER_THREAD))
-
-
-@contextlib.contextmanager
-def parallel_launch(threads: int | None = None):
-    """Context for one parallel kernel launch: applies the thread count (``threads``, or
-    the configured count), and serialises launches where the threading layer needs it."""
-    numba.set_num_threads(threads or _num_threads)
-    if _layer_is_threadsafe():
-        yield
-    else:
-        with _workqueue_lock:
-            yield

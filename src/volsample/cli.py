@@ -24,14 +24,15 @@ def add_info_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_info(args: argparse.Namespace) -> int:
-    import numba
     import numpy as np
 
     import volsample
+    from volsample import _config, _cpu
 
     print(f"volsample {volsample.__version__}")
-    print(f"numpy {np.__version__}, numba {numba.__version__}")
-    print(f"CPU threads: {volsample.get_num_threads()} (of {numba.config.NUMBA_NUM_THREADS})")
+    print(f"numpy {np.__version__}")
+    print(f"CPU threads: {volsample.get_num_threads()} (of {_config._MAX_THREADS})")
+    print(f"CPU kernels: {_cpu.isa()} (this CPU runs: {', '.join(_cpu.supported_isas())})")
     print(f"deterministic GPU reductions: {volsample.get_deterministic()}")
     try:
         import torch

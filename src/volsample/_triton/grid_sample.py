@@ -1,6 +1,6 @@
 """Triton kernels for 3-D grid sampling (SPEC §2), forward and backward.
 
-The coordinate maths is that of ``volsample._coords`` written as @triton.jit helpers over
+The coordinate maths is that of the C++ core's ``src/cpp/coords.h`` written as @triton.jit helpers over
 blocks of points: ``unnormalize``, ``clip`` and ``reflect`` each return the coordinate and
 its derivative, and ``source_index`` composes them. ``_corner`` describes one of a point's
 corners (eight for bilinear, in PyTorch's order tnw, tne, tsw, tse, bnw, bne, bsw, bse;
@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._coords import BORDER, NEAREST, REFLECTION
+from .._modes import BORDER, NEAREST, REFLECTION
 from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
                is_channels_last, new_volume, on_device_of_first_argument, programs,
                split_spatial, tile, tl_dtype)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .._coords import BORDER, REFLECTION
+from .._modes import BORDER, REFLECTION
 
 _SIGNS = (-1.0, 1.0)  # d(weight)/d(coordinate) of the low and the high corner
 

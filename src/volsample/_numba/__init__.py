@@ -1,1 +1,0 @@
-"""Numba CPU kernels, one module per operator family."""
