@@ -472,7 +472,7 @@ TORCH_FAULTS = [
     ("grid-dtype", lambda k, r: k.update(grid=k["grid"].to(torch.int64)), UnsupportedDTypeError, "grid"),
     ("mode", lambda k, r: k.update(mode="bicubic"), InvalidArgumentError, "mode"),
     ("padding_mode", lambda k, r: k.update(padding_mode="circular"), InvalidArgumentError, "padding_mode"),
-    ("align_corners", lambda k, r: k.update(align_corners=None), InvalidArgumentError, "align_corners"),
+    ("align_corners", lambda k, r: k.update(align_corners="yes"), InvalidArgumentError, "align_corners"),
 ]
 
 
