@@ -99,6 +99,19 @@ def test_chunks_read_only_their_halo(monkeypatch):
     assert min(h[2] for h in halos) < SHAPE[4]
 
 
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("shift", [-40.0, 40.0])
+def test_every_point_past_one_face(padding_mode, shift):
+    # Each chunk's points all lie beyond the volume: border reads the face's voxels only.
+    volume = _volume()
+    displacement = np.full(SHAPE[:1] + OUT + (3,), shift, np.float32)
+    grid = vdask.sampling_grid(displacement, SHAPE[2:])
+    expected = volsample.grid_sample_3d(volume, grid, "bilinear", padding_mode, True)
+    out = vdask.warp(da.from_array(volume, chunks=CHUNKS), displacement, "bilinear",
+                     padding_mode, True)
+    np.testing.assert_array_equal(out.compute(), expected)
+
+
 def test_output_chunks_follow_the_field_and_the_volume():
     volume = da.from_array(_volume(), chunks=CHUNKS)
     out = vdask.warp(volume, da.from_array(_displacement(1.0), chunks=FIELD_CHUNKS))

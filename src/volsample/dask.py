@@ -113,7 +113,8 @@ def warp(volume, displacement, mode="bilinear", padding_mode="border", align_cor
     for index in np.ndindex(blocks.shape):
         b, c, z, y, x = index
         origin = tuple(int(spatial_edges[a][i]) for a, i in enumerate((z, y, x)))
-        size = tuple(int(spatial_edges[a][i + 1]) - o for a, (i, o) in enumerate(zip((z, y, x), origin)))
+        size = tuple(int(spatial_edges[a][i + 1]) - o
+                     for a, (i, o) in enumerate(zip((z, y, x), origin)))
         halo = _halo(ranges[b, z, y, x], padding_mode, in_shape)
         batch, channels = slice(n_edges[b], n_edges[b + 1]), slice(c_edges[c], c_edges[c + 1])
         task = dask.delayed(_warp_block)(
@@ -196,6 +197,8 @@ def _halo(extremes, padding_mode, in_shape):
         if low > high:  # no finite coordinate: nothing is read
             halo.append(slice(0, 0))
             continue
+        if padding_mode == "border":  # points outside read the clamped coordinate
+            low, high = min(max(low, 0.0), size - 1.0), min(max(high, 0.0), size - 1.0)
         first, last = math.floor(max(low, -2.0)) - 1, math.floor(min(high, size + 1.0)) + 2
         if padding_mode == "reflection" and (first < 0 or last > size - 1):
             first, last = 0, size - 1
