@@ -258,9 +258,27 @@ def test_register_without_matplotlib_warns_and_writes_the_volumes(tmp_path, caps
     assert main(["register", str(tmp_path / "f.npy"), str(tmp_path / "m.npy"), "--out", str(out),
                  "--levels", "1", "--iterations", "2", "--no-progress"]) == 0
     captured = capsys.readouterr()
-    assert "warning: matplotlib is not installed" in captured.err
+    warning = [line for line in captured.err.splitlines() if "matplotlib is not installed" in line]
+    assert len(warning) == 1 and "pip install matplotlib" in warning[0]
     assert (out / "warped.npy").exists() and not (out / "report.png").exists()
     assert captured.out.strip().splitlines()[-1].startswith("similarity (ncc): ")
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_first_run_notice_only_before_slow_preparation(tmp_path, capsys, monkeypatch, pair,
+                                                        prepared):
+    from volsample import _progress
+
+    assert isinstance(_progress.kernels_prepared(), bool)
+    monkeypatch.setattr(_progress, "kernels_prepared", lambda: prepared)
+    np.save(tmp_path / "f.npy", pair.fixed)
+    np.save(tmp_path / "m.npy", pair.moving)
+    assert main(["register", str(tmp_path / "f.npy"), str(tmp_path / "m.npy"), "--out",
+                 str(tmp_path / "out"), "--levels", "1", "--iterations", "1",
+                 "--no-progress"]) == 0
+    notices = [line for line in capsys.readouterr().err.splitlines()
+               if line == _progress.FIRST_RUN_NOTICE]
+    assert len(notices) == (0 if prepared else 1)
 
 
 def _write(path, array):

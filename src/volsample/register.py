@@ -17,7 +17,7 @@ import numpy as np
 
 from . import registration
 from ._checks import VolsampleError
-from ._progress import ProgressBar
+from ._progress import ProgressBar, first_run_notice
 
 _NIFTI_SUFFIXES = (".nii.gz", ".nii")
 _DEMO_OUT = "volsample-demo"
@@ -153,6 +153,7 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress) -> _Run:
     """Register, write the outputs in FIXED's format, the report, and measure."""
     fixed_n, moving_n = (registration.normalise_intensity(v.data, name)
                          for v, name in ((fixed, "FIXED"), (moving, "MOVING")))
+    first_run_notice()
     bar = ProgressBar(sum(settings["iterations"]), enabled=progress and sys.stderr.isatty())
     try:
         levels = settings["levels"]
@@ -296,8 +297,9 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        print("warning: matplotlib is not installed, so no PNG report was written "
-              "(pip install matplotlib)", file=sys.stderr)
+        print("warning: matplotlib is not installed, so no PNG report was written; install "
+              "it with: pip install matplotlib (or the extra: pip install -e \".[demo]\")",
+              file=sys.stderr)
         return
     columns = {"fixed": None, "moving (before)": moving, "warped (after)": warped,
                "fixed | moving": moving, "fixed | warped": warped}
