@@ -6,9 +6,12 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from volsample import bench, cli
+
+torch = pytest.importorskip("torch")
 
 
 def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys):
@@ -22,6 +25,12 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys):
     payload = json.loads(json_path.read_text())
     assert set(payload) == {"machine", "results"}
     assert payload["machine"]["threads"] >= 1
+    versions = payload["machine"]["peers"]
+    assert set(versions) == set(bench.PEERS)
+    assert versions["pytorch"] == torch.__version__
+    implementations = {r["implementation"] for r in payload["results"]}
+    assert all(versions[p] for p in implementations - {"volsample"})  # a peer run has a version
+    assert f"pytorch {torch.__version__}" in out
     rows = payload["results"]
     assert {r["workload"] for r in rows} == set(quick)
     for r in rows:
@@ -65,3 +74,62 @@ def test_unknown_command_exits_with_usage():
     with pytest.raises(SystemExit) as excinfo:
         cli.main(["frobnicate"])
     assert excinfo.value.code == 2
+
+
+def test_standard_shapes_are_selected_by_name():
+    for pattern, expected in (("oasis", 6), ("feature", 4), ("gib", 1)):
+        chosen = bench.select(bench.suite(), pattern=pattern)
+        assert len(chosen) == expected and all(pattern in w.name for w in chosen)
+    oasis = [w.name for w in bench.select(bench.suite(), pattern="oasis")]
+    assert all(any(f"C{c} 160x192x224" in n for n in oasis) for c in (1, 3, 36))
+    assert not any("gib" in w.name for w in bench.select(bench.suite(), quick=True))
+
+
+def test_gib_workload_reads_at_least_a_gibibyte():
+    (gib,) = bench.select(bench.suite(), pattern="gib")
+    assert gib.nbytes >= 1 << 30  # its volume alone is 512 * 512 * 1024 * 4 bytes
+
+
+def test_standard_shapes_and_every_peer_run_shrunk(capsys):
+    # Every new workload, with every installed peer, at 1/16 of its size.
+    workloads = [w for w in bench.suite(shrink=16)
+                 if any(k in w.name for k in ("oasis", "feature", "gib"))]
+    results = bench.run(workloads, threads=1, progress=False)
+    ran = {(r.workload, r.implementation) for r in results}
+    assert {w.name for w in workloads} == {name for name, _ in ran}
+    installed = {p for p, v in bench.peer_versions().items() if v}
+    assert {"pytorch", "scipy"} <= installed
+    assert {impl for _, impl in ran} == {"volsample"} | installed
+    assert all(r.ratio is not None for r in results if r.implementation != "volsample")
+
+
+def test_simpleitk_peer_computes_what_volsample_does():
+    # ITK is timed on the same work: its warp equals the align_corners=True grid sample
+    # away from the faces (ITK's linear interpolator clamps within half a voxel of them).
+    sitk = pytest.importorskip("SimpleITK")
+    (workload,) = [w for w in bench.suite(shrink=8) if w.name.startswith("grid.fwd oasis field")]
+    impls = workload.build()
+    ours = impls["volsample"]()
+    theirs = np.moveaxis(sitk.GetArrayFromImage(impls["simpleitk"]()), -1, 0)[None]
+    inner = (slice(None), slice(None)) + (slice(3, -3),) * 3
+    np.testing.assert_allclose(theirs[inner], ours[inner], rtol=1e-5, atol=1e-5)
+
+
+def test_volresample_peer_is_the_align_corners_false_grid_sample():
+    volresample = pytest.importorskip("volresample")
+    import volsample
+
+    x = np.random.default_rng(0).standard_normal((1, 3, 9, 10, 11)).astype(np.float32)
+    grid = bench.smooth_grid(1, 7, 8, 9)
+    np.testing.assert_allclose(volresample.grid_sample(x, grid, "linear", "zeros"),
+                               volsample.grid_sample_3d(x, grid, align_corners=False),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_time_call_stops_slow_calls_after_max_seconds():
+    calls = []
+    first, median, repeats = bench.time_call(lambda: calls.append(1), min_repeats=5,
+                                             min_seconds=0.0, max_seconds=0.0)
+    assert repeats == 1 and len(calls) == 2
+
+

@@ -4,11 +4,20 @@ One harness serves ``volsample bench`` and the scripts under ``benchmarks/``. A 
 builds its inputs once and returns one callable per implementation; the harness times each
 the same way (warm-up excluded, median of repeats, the same thread count for all), reports
 the ratio peer time / volsample time (above 1: volsample is faster), the first call's time
-on its own line (Numba compilation or cache loading), and the effective memory bandwidth
+on its own line (a cold call: caches, page faults, thread start-up), and the effective memory bandwidth
 as a fraction of this machine's measured copy bandwidth.
 
-Peers: PyTorch (forward and backward), SciPy ``ndimage.map_coordinates`` / ``zoom`` and JAX
-``map_coordinates`` (forward only), each when installed.
+Peers, each when installed, each given the same thread count: PyTorch (forward and
+backward), and for the float32 NCDHW forwards SciPy ``ndimage.map_coordinates`` / ``zoom``,
+volresample (``grid_sample``, which has no align_corners and samples the same grid with
+align_corners=False, and ``resample``), SimpleITK (``ResampleImageFilter`` with a
+``DisplacementFieldTransform``: the grid as a voxel displacement field, linear
+interpolation, 0 outside) and JAX ``map_coordinates``. Their versions go into the report.
+
+The suite covers the field's standard shapes: OASIS/IXI brain registration (160x192x224,
+one image, a 3-channel displacement field, 36 one-hot labels), 3-D U-Net feature maps
+(N2 C16 80x96x112) and a volume of 1 GiB; ``suite(shrink=k)`` divides every spatial size
+by k, so that tests run every workload and peer at tiny sizes.
 """
 from __future__ import annotations
 
@@ -28,7 +37,9 @@ import volsample
 from . import _dtypes
 from ._progress import ProgressBar
 
-PEERS = ("pytorch", "scipy", "jax")
+PEERS = ("pytorch", "scipy", "volresample", "simpleitk", "jax")
+_PEER_MODULES = {"pytorch": "torch", "scipy": "scipy", "volresample": "volresample",
+                 "simpleitk": "SimpleITK", "jax": "jax"}
 
 
 @dataclasses.dataclass
@@ -100,6 +111,46 @@ def _have(module):
     return True
 
 
+def peer_versions() -> dict:
+    """{peer: version string, or None when it is not installed}."""
+    versions = {}
+    for peer, module in _PEER_MODULES.items():
+        if not _have(module):
+            versions[peer] = None
+            continue
+        mod = sys.modules[module]
+        versions[peer] = str(mod.Version_VersionString() if peer == "simpleitk"
+                             else mod.__version__)
+    return versions
+
+
+def _simpleitk_warp(x, grid, in_spatial, threads):
+    """A callable resampling ``x[0]`` (C channels, as one vector image) at the points of
+    ``grid`` (align_corners=True) with ITK: the points become a voxel displacement field
+    on the output lattice (spacing 1, origin 0, as the input's)."""
+    import SimpleITK as sitk
+
+    D, H, W = in_spatial
+    out = grid.shape[1:4]
+    voxel = (grid[0].astype(np.float64) + 1) / 2 * (np.array([W, H, D], np.float64) - 1)
+    z, y, x_ = np.meshgrid(*(np.arange(n, dtype=np.float64) for n in out), indexing="ij")
+    field = sitk.GetImageFromArray(voxel - np.stack([x_, y, z], -1), isVector=True)
+    transform = sitk.DisplacementFieldTransform(field)
+    C = x.shape[1]
+    image = (sitk.GetImageFromArray(x[0, 0]) if C == 1
+             else sitk.GetImageFromArray(np.ascontiguousarray(np.moveaxis(x[0], 0, -1)),
+                                         isVector=True))
+    resample = sitk.ResampleImageFilter()
+    resample.SetSize(tuple(int(n) for n in out[::-1]))
+    resample.SetOutputSpacing((1.0, 1.0, 1.0))
+    resample.SetOutputOrigin((0.0, 0.0, 0.0))
+    resample.SetTransform(transform)
+    resample.SetInterpolator(sitk.sitkLinear)
+    resample.SetDefaultPixelValue(0.0)
+    resample.SetNumberOfThreads(threads)
+    return lambda: resample.Execute(image)
+
+
 # ---------------------------------------------------------------------------------------
 # Workloads
 # ---------------------------------------------------------------------------------------
@@ -142,7 +193,7 @@ def _grid_workload(name, N, C, in_spatial, grid_maker, out_spatial, direction, d
             else:
                 impls["pytorch"] = lambda: torch.ops.aten.grid_sampler_3d_backward(
                     tg, tx, tgrid, 0, 0, True, [True, True])
-        if direction == "forward" and layout == "NCDHW" and dtype != _dtypes.BFLOAT16:
+        if direction == "forward" and layout == "NCDHW" and dtype == np.float32:
             # map_coordinates takes voxel coordinates (z, y, x) and samples one channel.
             voxel = [(grid[0, ..., k] + 1) / 2 * (s - 1) for k, s in ((2, in_spatial[0]),
                                                                       (1, in_spatial[1]),
@@ -154,6 +205,13 @@ def _grid_workload(name, N, C, in_spatial, grid_maker, out_spatial, direction, d
                 impls["scipy"] = lambda: [ndimage.map_coordinates(x[0, c], coords, order=1,
                                                                   mode="constant")
                                           for c in range(C)]
+            if _have("volresample"):
+                import volresample
+
+                impls["volresample"] = lambda: volresample.grid_sample(x, grid, "linear", "zeros")
+            if _have("SimpleITK") and N == 1:
+                impls["simpleitk"] = _simpleitk_warp(x, grid, in_spatial,
+                                                     volsample.get_num_threads())
             if _have("jax") and N == 1:
                 import jax
                 import jax.numpy as jnp
@@ -207,15 +265,25 @@ def _upsample_workload(name, N, C, in_spatial, scale, direction, dtype=np.float3
 
             impls["scipy"] = lambda: ndimage.zoom(x, (1, 1) + (scale,) * 3, order=1,
                                                   grid_mode=True, mode="nearest")
+        if (direction == "forward" and layout == "NCDHW" and dtype == np.float32
+                and _have("volresample")):
+            import volresample
+
+            impls["volresample"] = lambda: volresample.resample(x, out_spatial, "linear")
         return impls
 
     return Workload(name, build, nbytes, quick)
 
 
-def suite() -> list[Workload]:
-    """Every workload, in report order. Names read: operator.direction kind shape dtype layout."""
+def suite(shrink: int = 1) -> list[Workload]:
+    """Every workload, in report order. Names read: operator.direction kind shape dtype layout.
+
+    ``shrink`` divides every spatial size (at least 2 voxels remain); names keep the full
+    sizes, so that tests can run each workload, peers included, in milliseconds."""
     smooth, rand = smooth_grid, random_grid
-    reg = (96, 112, 96)
+    s = lambda *shape: tuple(max(2, n // shrink) for n in shape)
+    reg = s(96, 112, 96)
+    oasis, feature = s(160, 192, 224), s(80, 96, 112)
     bf16 = _dtypes.BFLOAT16
     w = []
     for direction, short in (("forward", "fwd"), ("backward", "bwd")):
@@ -223,24 +291,44 @@ def suite() -> list[Workload]:
             _grid_workload(f"grid.{short} smooth N1 C1 96x112x96", 1, 1, reg, smooth, reg, direction),
             _grid_workload(f"grid.{short} smooth N1 C8 96x112x96", 1, 8, reg, smooth, reg, direction),
             _grid_workload(f"grid.{short} smooth N2 C1 96x112x96", 2, 1, reg, smooth, reg, direction),
-            _grid_workload(f"grid.{short} random N1 C1 64^3", 1, 1, (64,) * 3, rand, (64,) * 3, direction),
+            _grid_workload(f"grid.{short} random N1 C1 64^3", 1, 1, s(64, 64, 64), rand, s(64, 64, 64), direction),
             _grid_workload(f"grid.{short} smooth N1 C8 96x112x96 bf16", 1, 8, reg, smooth, reg, direction, bf16),
             _grid_workload(f"grid.{short} smooth N1 C8 96x112x96 NDHWC", 1, 8, reg, smooth, reg, direction,
                            layout="NDHWC"),
-            _grid_workload(f"grid.{short} video N1 C3 16x256x256", 1, 3, (16, 256, 256), smooth,
-                           (16, 256, 256), direction),
-            _grid_workload(f"grid.{short} tiny N1 C2 12^3", 1, 2, (12,) * 3, smooth, (12,) * 3,
+            _grid_workload(f"grid.{short} video N1 C3 16x256x256", 1, 3, s(16, 256, 256), smooth,
+                           s(16, 256, 256), direction),
+            _grid_workload(f"grid.{short} tiny N1 C2 12^3", 1, 2, s(12, 12, 12), smooth, s(12, 12, 12),
                            direction, quick=True),
-            _upsample_workload(f"up.{short} unet N2 C16 40^3 x2", 2, 16, (40,) * 3, 2, direction),
-            _upsample_workload(f"up.{short} unet N1 C32 24x32x32 x2 NDHWC", 1, 32, (24, 32, 32), 2,
+            _upsample_workload(f"up.{short} unet N2 C16 40^3 x2", 2, 16, s(40, 40, 40), 2, direction),
+            _upsample_workload(f"up.{short} unet N1 C32 24x32x32 x2 NDHWC", 1, 32, s(24, 32, 32), 2,
                                direction, layout="NDHWC"),
-            _upsample_workload(f"up.{short} unet N1 C32 24x32x32 x2 bf16", 1, 32, (24, 32, 32), 2,
+            _upsample_workload(f"up.{short} unet N1 C32 24x32x32 x2 bf16", 1, 32, s(24, 32, 32), 2,
                                direction, bf16),
-            _upsample_workload(f"up.{short} field N1 C3 12x14x12 x8", 1, 3, (12, 14, 12), 8, direction),
-            _upsample_workload(f"up.{short} video N1 C3 8x128x128 x2", 1, 3, (8, 128, 128), 2, direction),
-            _upsample_workload(f"up.{short} tiny N1 C2 6^3 x2", 1, 2, (6,) * 3, 2, direction,
+            _upsample_workload(f"up.{short} field N1 C3 12x14x12 x8", 1, 3, s(12, 14, 12), 8, direction),
+            _upsample_workload(f"up.{short} video N1 C3 8x128x128 x2", 1, 3, s(8, 128, 128), 2, direction),
+            _upsample_workload(f"up.{short} tiny N1 C2 6^3 x2", 1, 2, s(6, 6, 6), 2, direction,
                                quick=True),
         ]
+    # The field's standard shapes: OASIS/IXI registration (an image, a displacement field
+    # and 36 one-hot labels warped; the image's gradient; the control field upsampled x4),
+    # U-Net feature maps, and a 1 GiB volume read by a 2x zoomed-out warp.
+    for C, what in ((1, "image"), (3, "field"), (36, "labels")):
+        w.append(_grid_workload(f"grid.fwd oasis {what} N1 C{C} 160x192x224", 1, C, oasis, smooth,
+                                oasis, "forward"))
+    for C, what in ((1, "image"), (3, "field")):
+        w.append(_grid_workload(f"grid.bwd oasis {what} N1 C{C} 160x192x224", 1, C, oasis, smooth,
+                                oasis, "backward"))
+    w.append(_upsample_workload("up.fwd oasis field N1 C3 40x48x56 x4", 1, 3, s(40, 48, 56), 4,
+                                "forward"))
+    for direction, short in (("forward", "fwd"), ("backward", "bwd")):
+        w += [
+            _grid_workload(f"grid.{short} feature N2 C16 80x96x112", 2, 16, feature, smooth,
+                           feature, direction),
+            _upsample_workload(f"up.{short} feature N2 C16 40x48x56 x2", 2, 16, s(40, 48, 56), 2,
+                               direction),
+        ]
+    w.append(_grid_workload("grid.fwd gib N1 C1 512x512x1024 -> 256x256x512", 1, 1,
+                            s(512, 512, 1024), smooth, s(256, 256, 512), "forward"))
     return w
 
 
@@ -249,8 +337,11 @@ def suite() -> list[Workload]:
 # ---------------------------------------------------------------------------------------
 
 
-def time_call(fn, min_repeats=5, min_seconds=0.3, max_repeats=50):
-    """(first call seconds, median seconds of the later calls, repeats)."""
+def time_call(fn, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds=10.0):
+    """(first call seconds, median seconds of the later calls, repeats).
+
+    Repeats are adaptive: at least ``min_repeats`` and ``min_seconds``, but a slow call
+    (the big shapes: seconds each) stops after ``max_seconds`` of repeats, at least one."""
     start = time.perf_counter()
     fn()
     first = time.perf_counter() - start
@@ -258,6 +349,8 @@ def time_call(fn, min_repeats=5, min_seconds=0.3, max_repeats=50):
     budget_start = time.perf_counter()
     while len(times) < max_repeats and (len(times) < min_repeats
                                         or time.perf_counter() - budget_start < min_seconds):
+        if times and time.perf_counter() - budget_start >= max_seconds:
+            break
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -280,6 +373,10 @@ def run(workloads, threads=None, peers=PEERS, progress=True):
         import torch
 
         torch.set_num_threads(threads)
+    if _have("volresample"):
+        import volresample
+
+        volresample.set_num_threads(threads)
     bandwidth = copy_bandwidth()
     results = []
     bar = ProgressBar(len(workloads), progress)
@@ -330,7 +427,7 @@ def format_table(results) -> str:
 def machine_info(threads):
     return {"python": platform.python_version(), "machine": platform.machine(),
             "processor": platform.processor(), "threads": threads,
-            "volsample": volsample.__version__}
+            "volsample": volsample.__version__, "peers": peer_versions()}
 
 
 def write_json(path, results, threads):
@@ -398,6 +495,8 @@ def run_bench(args: argparse.Namespace) -> int:
     results = run(workloads, threads, progress=not args.no_progress)
     print(f"volsample {volsample.__version__}, {threads} threads; ratios are peer time / "
           f"volsample time (above 1: volsample is faster); medians of repeats, warm-up excluded")
+    print("peers: " + ", ".join(f"{peer} {version or '(not installed)'}"
+                                for peer, version in peer_versions().items()))
     print(format_table(results))
     if args.json:
         write_json(args.json, results, threads)

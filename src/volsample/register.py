@@ -302,8 +302,9 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        print("warning: matplotlib is not installed, so no PNG report was written "
-              "(pip install matplotlib)", file=sys.stderr)
+        print("warning: matplotlib is not installed, so no PNG report was written; install "
+              "it with: pip install matplotlib (or the extra: pip install -e \".[demo]\")",
+              file=sys.stderr)
         return
     columns = {"fixed": None, "moving (before)": moving, "warped (after)": warped,
                "fixed | moving": moving, "fixed | warped": warped}

@@ -1,0 +1,235 @@
+"""Out-of-core warping of dask-array volumes: ``warp`` (optional extra ``dask``).
+
+A volume larger than memory (light-sheet microscopy, whole-body CT) is warped output chunk
+by output chunk; each chunk reads only the region of the volume its sample points can
+touch (its halo). The displacement convention is ``volsample.registration``'s: voxels of
+the volume, channels (x, y, z), ``out(p) = volume(p + displacement(p))``.
+
+Why the result is bitwise equal to the in-memory call: grid sampling turns normalised
+coordinates into voxel coordinates with the volume's size, so sampling a cut-out sub-volume
+with re-normalised coordinates would round differently. Instead each chunk samples a
+zero-filled array of the full volume's shape into which only its halo is copied. That
+array is an anonymous memory map: the operating system allocates the pages that are
+written (the halo) and none of the rest, so a chunk costs address space for the full volume
+but memory only for its halo, and ``grid_sample_3d`` sees exactly the arguments of the
+in-memory call.
+"""
+from __future__ import annotations
+
+import math
+import mmap
+import sys
+
+import dask
+import dask.array as da
+import numpy as np
+
+from . import _checks, _dtypes
+from .grid_sample import grid_sample_3d
+
+# Linux's MAP_NORESERVE (Python < 3.13 does not name it): a mapping larger than memory
+# plus swap is then not refused up front by the kernel's overcommit heuristic.
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
+
+
+def sampling_grid(displacement, volume_shape, align_corners=True, dtype=np.float32):
+    """The normalised grid that ``warp`` samples at, for a NumPy displacement.
+
+    ``identity + displacement * scale`` computed in ``dtype``, where, per channel (x, y, z)
+    and axis of size S of ``volume_shape`` (D, H, W): with align_corners=True the identity
+    is ``np.linspace(-1, 1, n)`` over the n output voxels and ``scale = 2 / (S - 1)``
+    (``registration.identity_grid`` and ``registration.voxel_to_normalised``); with
+    align_corners=False the identity is the voxel centres ``(2 i + 1) / n - 1`` and
+    ``scale = 2 / S``.
+    """
+    displacement = np.asarray(displacement)
+    return _grid_block(displacement, (0, 0, 0), displacement.shape[1:4], tuple(volume_shape),
+                       align_corners, np.dtype(dtype))
+
+
+def warp(volume, displacement, mode="bilinear", padding_mode="border", align_corners=True,
+         *, chunks=None):
+    """Warp a dask-array volume by a displacement field, chunk by chunk.
+
+    Parameters
+    ----------
+    volume : dask array (or NumPy array), shape (N, C, D, H, W)
+        float16, bfloat16, float32 or float64, NCDHW.
+    displacement : dask array or NumPy array, shape (N, Do, Ho, Wo, 3)
+        In voxels of ``volume``, channels (x, y, z) (along W, H, D); float.
+    mode, padding_mode, align_corners
+        As for ``volsample.grid_sample_3d``. Border padding (the default) is
+        ``registration.warp``'s.
+    chunks : tuple of 3 chunk specs, optional
+        Output chunks along (Do, Ho, Wo); default the displacement's spatial chunks (a dask
+        field) or the volume's chunk sizes. N and C follow the volume's chunks.
+
+    Returns
+    -------
+    dask array, shape (N, C, Do, Ho, Wo), dtype of ``volume``.
+        Bitwise equal to ``grid_sample_3d(volume, sampling_grid(displacement, (D, H, W),
+        align_corners, dtype), mode, padding_mode, align_corners)`` on the whole arrays,
+        where ``dtype`` is the compute dtype (the volume's; float32 for a 16-bit volume,
+        float64 beside a float64 field), for any chunking.
+
+    Notes
+    -----
+    The field is read twice: once, now, for the range of each chunk's sample coordinates
+    (which decides the halos and so the task graph), and again when the result is computed;
+    persist an expensive field first. A chunk reads the voxels from the floor of its
+    smallest coordinate to one past the floor of its largest, per axis, plus one voxel of
+    margin for rounding, clipped to the volume: zeros padding reads nothing outside, border
+    padding clamps into range, and reflection padding reads the whole axis when the range
+    leaves the volume (a reflected point may land anywhere on it).
+    """
+    _checks.mode_code(mode)
+    _checks.padding_code(padding_mode)
+    align_corners = _checks.boolean("align_corners", align_corners)
+    volume = da.asarray(volume)
+    _check_dask_array("volume", volume, 5, _dtypes.SUPPORTED)
+    _checks.nonempty_spatial("volume", volume.shape[2:])
+    field = displacement if isinstance(displacement, da.Array) else np.asarray(displacement)
+    _check_dask_array("displacement", field, 5, _dtypes.SUPPORTED)
+    if field.shape[-1] != 3 or field.shape[0] != volume.shape[0]:
+        raise _checks.InvalidArgumentError(
+            f"displacement: expected shape ({volume.shape[0]}, Do, Ho, Wo, 3) (N of volume, "
+            f"channels x, y, z), got {field.shape}")
+    dtype = _dtypes.compute_dtype(volume.dtype, field.dtype)
+    out_shape, in_shape = tuple(field.shape[1:4]), tuple(volume.shape[2:])
+    if chunks is None:
+        chunks = field.chunks[1:4] if isinstance(field, da.Array) else volume.chunksize[2:]
+    spatial_chunks = da.core.normalize_chunks(chunks, out_shape, dtype=dtype)
+    field = da.asarray(field).rechunk((volume.chunks[0],) + spatial_chunks + (3,))
+
+    ranges = field.map_blocks(_coordinate_range, dtype=np.float64, chunks=(
+        (1,) * field.numblocks[0], *(((1,) * n) for n in field.numblocks[1:4]), (6,)),
+        out_shape=out_shape, in_shape=in_shape, align_corners=align_corners, grid_dtype=dtype,
+        block_origins=_origins(field.chunks))
+    ranges = ranges.compute()
+
+    n_edges, c_edges = (np.cumsum((0,) + c) for c in volume.chunks[:2])
+    spatial_edges = [np.cumsum((0,) + c) for c in spatial_chunks]
+    blocks = np.empty((len(n_edges) - 1, len(c_edges) - 1) + field.numblocks[1:4], object)
+    for index in np.ndindex(blocks.shape):
+        b, c, z, y, x = index
+        origin = tuple(int(spatial_edges[a][i]) for a, i in enumerate((z, y, x)))
+        size = tuple(int(spatial_edges[a][i + 1]) - o
+                     for a, (i, o) in enumerate(zip((z, y, x), origin)))
+        halo = _halo(ranges[b, z, y, x], padding_mode, in_shape)
+        batch, channels = slice(n_edges[b], n_edges[b + 1]), slice(c_edges[c], c_edges[c + 1])
+        task = dask.delayed(_warp_block)(
+            volume[(batch, channels) + halo], field.blocks[b, z, y, x, 0], origin, halo,
+            out_shape, in_shape, mode, padding_mode, align_corners, dtype)
+        blocks[index] = da.from_delayed(
+            task, (batch.stop - batch.start, channels.stop - channels.start) + size, volume.dtype)
+    return da.block(blocks.tolist())
+
+
+def _check_dask_array(name, value, ndim, dtypes):
+    if value.dtype not in dtypes:
+        raise _checks.UnsupportedDTypeError(
+            f"{name}: expected dtype float16, bfloat16, float32 or float64, got {value.dtype}")
+    if value.ndim != ndim:
+        raise _checks.InvalidArgumentError(
+            f"{name}: expected a {ndim}-D array, got {value.ndim}-D with shape {value.shape}")
+
+
+def _origins(chunks):
+    """Per axis, the first index of every block (map_blocks' ``block_info`` without dicts)."""
+    return [np.cumsum((0,) + c)[:-1].tolist() for c in chunks]
+
+
+def _grid_block(displacement, origin, out_shape, in_shape, align_corners, dtype):
+    """``sampling_grid`` of the output block starting at ``origin`` (D, H, W), given the
+    displacement there: the identity's values are those of the whole grid, sliced."""
+    axes = []
+    for start, n_block, n, size in zip(origin, displacement.shape[1:4], out_shape, in_shape):
+        if align_corners:
+            identity = np.linspace(-1, 1, n, dtype=dtype)
+        else:
+            identity = ((2 * np.arange(n, dtype=dtype) + 1) / dtype.type(n) - 1).astype(dtype)
+        axes.append(identity[start:start + n_block])
+    z, y, x = np.meshgrid(*axes, indexing="ij")
+    D, H, W = in_shape
+    if align_corners:
+        scale = np.array([2 / (W - 1), 2 / (H - 1), 2 / (D - 1)], dtype)
+    else:
+        scale = np.array([2 / W, 2 / H, 2 / D], dtype)
+    return np.stack([x, y, z], axis=-1)[None] + displacement.astype(dtype) * scale
+
+
+def _voxel(grid, in_shape, align_corners):
+    """Voxel coordinates (x, y, z) of a normalised grid, in float64 (for the halos only)."""
+    size = np.array(in_shape[::-1], np.float64)
+    g = grid.astype(np.float64)
+    return (g + 1) / 2 * (size - 1) if align_corners else ((g + 1) * size - 1) / 2
+
+
+def _coordinate_range(field_block, out_shape, in_shape, align_corners, grid_dtype,
+                      block_origins, block_id=None):
+    """(min x, min y, min z, max x, max y, max z) of a block's finite voxel coordinates
+    (inf, -inf where none is finite), shaped as one element of the range array."""
+    b, z, y, x = block_id[:4]
+    origin = (block_origins[1][z], block_origins[2][y], block_origins[3][x])
+    grid = _grid_block(field_block, origin, out_shape, in_shape, align_corners, grid_dtype)
+    voxel = _voxel(grid, in_shape, align_corners).reshape(-1, 3)
+    finite = np.where(np.isfinite(voxel), voxel, np.nan)
+    low = _nan_extreme(finite, np.nanmin, np.inf)
+    high = _nan_extreme(finite, np.nanmax, -np.inf)
+    return np.concatenate([low, high]).reshape(1, 1, 1, 1, 6)
+
+
+def _nan_extreme(values, reduce, empty):
+    """``reduce`` over rows ignoring NaN, ``empty`` in columns with nothing finite."""
+    all_nan = np.isnan(values).all(0)
+    out = np.full(values.shape[1], empty)
+    if not all_nan.all():
+        with np.errstate(all="ignore"):
+            out[~all_nan] = reduce(values[:, ~all_nan], axis=0)
+    return out
+
+
+def _halo(extremes, padding_mode, in_shape):
+    """Slices (D, H, W) of the voxels a block reads, from its coordinate ``extremes``."""
+    halo = []
+    for axis, size in enumerate(in_shape):  # D, H, W: channels z, y, x
+        low, high = extremes[2 - axis], extremes[5 - axis]
+        if low > high:  # no finite coordinate: nothing is read
+            halo.append(slice(0, 0))
+            continue
+        if padding_mode == "border":  # points outside read the clamped coordinate
+            low, high = min(max(low, 0.0), size - 1.0), min(max(high, 0.0), size - 1.0)
+        first, last = math.floor(max(low, -2.0)) - 1, math.floor(min(high, size + 1.0)) + 2
+        if padding_mode == "reflection" and (first < 0 or last > size - 1):
+            first, last = 0, size - 1
+        first, last = max(first, 0), min(last, size - 1)
+        halo.append(slice(first, last + 1) if first <= last else slice(0, 0))
+    return tuple(halo)
+
+
+def _warp_block(region, field_block, origin, halo, out_shape, in_shape, mode, padding_mode,
+                align_corners, dtype):
+    """One output block, sampled from ``region`` (the volume's voxels in ``halo``)."""
+    grid = _grid_block(field_block, origin, out_shape, in_shape, align_corners, dtype)
+    full = _full_view(region, in_shape, halo, dtype)
+    return grid_sample_3d(full, grid, mode, padding_mode, align_corners).astype(
+        region.dtype, copy=False)
+
+
+def _full_view(region, in_shape, halo, dtype):
+    """An array of the full volume's spatial shape holding ``region`` at ``halo``; what
+    lies outside is never read."""
+    shape = region.shape[:2] + tuple(in_shape)
+    full = _new_buffer(math.prod(shape), dtype).reshape(shape)
+    full[(slice(None), slice(None)) + tuple(halo)] = region
+    return full
+
+
+def _new_buffer(size, dtype):
+    """A flat zero-filled buffer whose memory is allocated only where it is written: an
+    anonymous private map (zero pages on demand), or ``np.zeros`` where mmap takes no flags."""
+    if not hasattr(mmap, "MAP_ANONYMOUS") or size == 0:
+        return np.zeros(size, dtype)
+    pages = mmap.mmap(-1, size * dtype.itemsize,
+                      flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
+    return np.frombuffer(pages, dtype, size)
