@@ -1,5 +1,6 @@
-"""CPU benchmarks of the four NumPy operators beside PyTorch (and SciPy where installed),
-in one process, through the shared harness (``volsample.bench``, also ``volsample bench``).
+"""CPU benchmarks of the four NumPy operators beside PyTorch, SciPy, volresample, SimpleITK
+and JAX (each where installed), in one process, through the shared harness
+(``volsample.bench``, also ``volsample bench``).
 
     python benchmarks/cpu.py [--threads 2] [--filter PATTERN] [--json FILE]
 

@@ -10,9 +10,10 @@ coordinates into voxel coordinates with the volume's size, so sampling a cut-out
 with re-normalised coordinates would round differently. Instead each chunk samples a
 zero-filled array of the full volume's shape into which only its halo is copied. That
 array is an anonymous memory map: the operating system allocates the pages that are
-written (the halo) and none of the rest, so a chunk costs address space for the full volume
-but memory only for its halo, and ``grid_sample_3d`` sees exactly the arguments of the
-in-memory call.
+written (the halo, rounded up to whole 4 KiB pages along each of its rows) and none of the
+rest, so a chunk costs address space for the full volume but memory only for about its
+halo (more when the halo's rows are much shorter than a page: chunk W generously), and
+``grid_sample_3d`` sees exactly the arguments of the in-memory call.
 """
 from __future__ import annotations
 
