@@ -165,6 +165,19 @@ void gather_w_into(S* out, const C* row, const Taps<C>& t, int64_t inner) {
   }
 }
 
+// One map entry's share of a run of n values: o = w * v for a map row's first entry, then
+// o = fma(w, v, o) for each entry after it (PyTorch's order of operations).
+template <class C>
+inline void add_entry(C* o, const C* v, C w, int64_t n, bool first) {
+  if (first) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) o[j] = w * v[j];
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) o[j] = std::fma(w, v[j], o[j]);
+  }
+}
+
 // out row r (row_len contiguous values) = sum over map row r's entries of
 // weight * in row index, in the entries' order (first a product, then fused); a row
 // without entries is zero. The H map, on whole rows.
@@ -185,17 +198,8 @@ void combine_rows(C* out, const C* in, int64_t row_len, const AxisMap<C>& map) {
       for (int64_t j = 0; j < row_len; ++j) o[j] = std::fma(w0, v0[j], w1 * v1[j]);
       continue;
     }
-    for (int64_t k = first; k < stop; ++k) {
-      const C* v = in + map.index[k] * row_len;
-      const C w = map.weight[k];
-      if (k == first) {
-#pragma omp simd
-        for (int64_t j = 0; j < row_len; ++j) o[j] = w * v[j];
-      } else {
-#pragma omp simd
-        for (int64_t j = 0; j < row_len; ++j) o[j] = std::fma(w, v[j], o[j]);
-      }
-    }
+    for (int64_t k = first; k < stop; ++k)
+      add_entry(o, in + map.index[k] * row_len, map.weight[k], row_len, k == first);
   }
 }
 
@@ -335,15 +339,7 @@ void backward_pass(const UpsampleArgs& a) {
             const int64_t m = run - j0 < TILE ? run - j0 : TILE;
             for (int64_t k = first; k < stop; ++k) {
               const C* v = reader.read(s_base + dmap.index[k] * ps.ss[2] + h * ps.ss[3], j0, m, tile);
-              const C w = dmap.weight[k];
-              C* oj = o + j0;
-              if (k == first) {
-#pragma omp simd
-                for (int64_t j = 0; j < m; ++j) oj[j] = w * v[j];
-              } else {
-#pragma omp simd
-                for (int64_t j = 0; j < m; ++j) oj[j] = std::fma(w, v[j], oj[j]);
-              }
+              add_entry(o + j0, v, dmap.weight[k], m, k == first);
             }
           }
         }
