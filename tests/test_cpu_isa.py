@@ -90,3 +90,31 @@ def test_isa_matches_scalar(op, isa, dtype, grid_dtype, layout, strided):
 def test_set_isa_rejects_unknown_names():
     with pytest.raises(ValueError, match="expected one of"):
         _cpu.set_isa("sse9")
+
+
+@pytest.mark.skipif(not OTHER_ISAS, reason="this CPU runs only the scalar path")
+@pytest.mark.parametrize("isa", OTHER_ISAS)
+def test_offsets_beyond_int32_lanes_match_scalar(isa):
+    """The SIMD paths index with int32 lanes; a volume whose offsets pass 2^31 elements
+    (2 planes 2^31 + 64 floats apart, in lazily allocated memory) takes the scalar path."""
+    import mmap
+    plane = (1 << 31) + 64
+    no_reserve = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's value; Python may not name it
+    memory = mmap.mmap(-1, (plane + 8) * 4,  # untouched pages cost nothing
+                       flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | no_reserve)
+    flat = np.frombuffer(memory, np.float32)
+    rng = np.random.default_rng(5)
+    x = np.lib.stride_tricks.as_strided(flat, (1, 1, 2, 2, 2), (0, 0, plane * 4, 8, 4))
+    for z in range(2):
+        flat[z * plane:z * plane + 4] = rng.standard_normal(4)
+    grid = rng.uniform(-1.2, 1.2, (1, 2, 3, 5, 3)).astype(np.float32)
+    grad_out = rng.standard_normal((1, 1, 2, 3, 5)).astype(np.float32)
+
+    def run():
+        return [volsample.grid_sample_3d(x, grid), *volsample.grid_sample_3d_backward(grad_out, x, grid)]
+    try:
+        for i, (a, b) in enumerate(zip(_with_isa(isa, run), _with_isa("scalar", run))):
+            assert_bitwise_equal(f"{isa} result {i}", a, b)
+    finally:
+        del x, flat
+        memory.close()

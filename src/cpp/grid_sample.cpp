@@ -1,21 +1,22 @@
 // Grid-sampling kernels, forward and backward (compiled once per ISA).
 //
-// Every kernel works an output row (fixed n, d, h) at a time, in two steps. First the row's
-// grid points are turned into a row table: voxel coordinates through the shared maths of
-// coords.h, the lowest corner, six per-axis weights, the derivative of each voxel
-// coordinate, and a byte per point whose bit k says whether corner k lies in the volume
-// (0: the point touches nothing, because it is outside or not finite). That step runs on
-// the ISA's vectors, lanes being consecutive points of the row. Then the volume is read
-// (forward: masked gathers of the 8 corners, lanes again = points) or written (backward).
+// Every kernel works an output row (fixed n, d, h) at a time. The row's grid coordinates are
+// split into x, y, z arrays; then L consecutive points (the ISA's vector lanes) at a time
+// become a footprint in registers: voxel coordinates through the shared maths of coords.h,
+// each axis' lowest tap and weights, the derivative of each voxel coordinate and the mask of
+// each corner lying in the volume. The volume is read with plain loads at offsets clamped
+// into it (faster than hardware gathers on the CPUs we measured; a corner outside reads
+// some voxel, masked off), each x pair as one 64-bit load where the pair is adjacent.
 // Corners come in PyTorch's order tnw, tne, tsw, tse, bnw, bne, bsw, bse (x fastest), each
 // corner weight is (wx * wy) * wz, and each sum starts at 0 and adds v * w in corner order
 // with no fused multiply-add: the float32 and float64 forward match PyTorch bit for bit, and
 // every ISA computes the scalar path's bits (a lane computes what the scalar code does).
+// The SIMD builds index with int32 lanes and hand volumes too large for them to the
+// scalar build.
 //
-// Modes are template parameters: the mode (1 or 8 corners) of the volume loops, the mode
-// and padding of the row preparation, chosen once per call from small tables. 16-bit
-// volumes are read from their own memory into float32 (float64 beside a float64 grid),
-// and results are rounded once when stored.
+// The mode (1 or 8 corners) is a template parameter, chosen once per call; the padding is
+// a per-block branch of the footprint. 16-bit volumes are read from their own memory into
+// float32 (float64 beside a float64 grid), and results are rounded once when stored.
 //
 // Determinism (no atomics; the same bits for every thread count). The forward and the grid
 // gradient write each output point from one task. The input gradient is a scatter, made
@@ -29,7 +30,10 @@
 // the rows touching each plane) changes the speed, never the bits.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <vector>
@@ -65,26 +69,17 @@ template <class G> struct compute_of<int32_t, G> { using type = G; };
 
 constexpr int64_t kMaxLanes = 16;
 
-// One output row's table (see the top comment), sized for whole vectors: lanes past the
-// row's end touch nothing.
+// One output row's grid coordinates as three arrays (x, y, z) in the compute type, padded
+// to whole vectors with NaN: lanes past the row's end touch nothing.
 template <class T>
-struct RowTable {
-  int64_t width = 0, padded = 0;
-  std::vector<T> values;  // 15 arrays of `padded`: coordinates, weights, slopes, corners
-  std::vector<int64_t> corner;  // x0, y0, z0
-  std::vector<int64_t> offset;  // element offset of the lowest corner in the input
-  std::vector<uint8_t> inside;  // bit k: corner k lies in the volume
-
-  explicit RowTable(int64_t Wo)
-      : width(Wo), padded((Wo + kMaxLanes - 1) / kMaxLanes * kMaxLanes + kMaxLanes),
-        values(15 * padded, T(0)), corner(3 * padded, 0), offset(padded, 0),
-        inside(padded, 0) {}
-  T* coord(int axis) { return values.data() + axis * padded; }         // cx, cy, cz
-  T* weight(int k) { return values.data() + (3 + k) * padded; }       // wx0 wx1 wy0 wy1 wz0 wz1
-  T* slope(int axis) { return values.data() + (9 + axis) * padded; }  // d(voxel)/d(grid)
-  T* low(int axis) { return values.data() + (12 + axis) * padded; }   // lowest corner, as T
-  const T* weight(int k) const { return values.data() + (3 + k) * padded; }
-  const T* slope(int axis) const { return values.data() + (9 + axis) * padded; }
+struct RowCoords {
+  int64_t padded;
+  std::vector<T> values;
+  explicit RowCoords(int64_t Wo)
+      : padded((Wo + kMaxLanes - 1) / kMaxLanes * kMaxLanes),
+        values(3 * padded, std::numeric_limits<T>::quiet_NaN()) {}
+  T* axis(int a) { return values.data() + a * padded; }
+  const T* axis(int a) const { return values.data() + a * padded; }
 };
 
 // The operands' geometry, in elements.
@@ -97,108 +92,111 @@ struct Geometry {
         rows(N * Do * Ho), stride(a.input.stride) {}
 };
 
-// Lowest tap along one axis (0 where no tap is inside), its weights and whether any tap
-// lies inside [0, size). Range checks run in floating point, so NaN and huge coordinates
-// never reach an integer conversion.
+// The footprint of L consecutive points of a row (lanes = points), computed in registers:
+// per axis the lowest tap (a whole number; 0 where no tap lies inside) and the two tap
+// weights, the derivative of each voxel coordinate, and the mask of each corner k
+// (x bit k & 1, y bit k >> 1 & 1, z bit k >> 2; nearest: corner 0 alone) lying in the
+// volume. A point outside, or with a coordinate that is not finite, has no corner on.
+// Range checks run in floating point, so NaN and huge coordinates never reach an integer
+// conversion.
 template <int MODE, class V>
-inline mask_of<V> taps(V i, int64_t size, V& first, V& w0, V& w1) {
+struct Footprint {
   using T = scalar_of<V>;
-  const V zero(T(0)), one(T(1)), fsize{T(size)};
-  if (MODE == NEAREST) {
-    const V f = rint_(i);  // half to even, as std::nearbyint
-    const auto in = (f >= zero) & (f < fsize);
-    first = select(in, f, zero);
-    w0 = one;
-    w1 = zero;
-    return in;
-  }
-  const V f = floor_(i);
-  const auto in = (f >= zero - one) & (f < fsize);
-  first = select(in, f, zero);
-  w0 = (f + one) - i;
-  w1 = i - f;
-  return in;
-}
+  using M = mask_of<V>;
+  static constexpr int kCorners = MODE == NEAREST ? 1 : 8;
+  V low[3], weight[6], slope[3];  // weight: x0 x1 y0 y1 z0 z1
+  M corner[8];
 
-// Fill a row table from the coordinates already in it (coord(0..2)). The vector part
-// computes coordinates, weights and slopes; a short branch-free pass turns lowest corners
-// into integers, input offsets and corner masks.
-template <int MODE, int PADDING, class T>
-void prepare_row(RowTable<T>& r, const Geometry& g, bool align_corners) {
-  using V = typename native<T>::type;
-  constexpr int L = lanes<V>::count;
-  const int64_t sizes[3] = {g.W, g.H, g.D};
-  for (int64_t w = 0; w < r.width; w += L) {
-    auto touches = isfinite_(load_<V>(r.coord(0) + w)) & isfinite_(load_<V>(r.coord(1) + w)) &
-                   isfinite_(load_<V>(r.coord(2) + w));
+  Footprint(const RowCoords<T>& r, int64_t w, const Geometry& g, int padding, bool align_corners) {
+    const int64_t sizes[3] = {g.W, g.H, g.D};
+    const V zero(T(0)), one(T(1));
+    M tap_in[3][2];  // per axis: low tap, high tap inside
     for (int axis = 0; axis < 3; ++axis) {
-      V slope, first, w0, w1;
-      const V i = source_index(load_<V>(r.coord(axis) + w), sizes[axis], PADDING, align_corners, slope);
-      touches = touches & taps<MODE>(i, sizes[axis], first, w0, w1);
-      store_(r.slope(axis) + w, slope);
-      store_(r.weight(2 * axis) + w, w0);
-      store_(r.weight(2 * axis + 1) + w, w1);
-      store_(r.low(axis) + w, first);
+      const V fsize{T(sizes[axis])};
+      const V i = source_index(load_<V>(r.axis(axis) + w), sizes[axis], padding, align_corners,
+                               slope[axis]);
+      if (MODE == NEAREST) {
+        const V f = rint_(i);  // half to even, as std::nearbyint
+        tap_in[axis][0] = (f >= zero) & (f < fsize);
+        low[axis] = select(tap_in[axis][0], f, zero);
+        tap_in[axis][1] = tap_in[axis][0];  // unused: one tap
+        weight[2 * axis] = one;
+        weight[2 * axis + 1] = zero;
+      } else {
+        const V f = floor_(i);
+        tap_in[axis][0] = (f >= zero) & (f < fsize);
+        tap_in[axis][1] = (f >= -one) & (f < fsize - one);
+        low[axis] = select(tap_in[axis][0] | tap_in[axis][1], f, zero);
+        weight[2 * axis] = (f + one) - i;
+        weight[2 * axis + 1] = i - f;
+      }
     }
-    store_(r.coord(0) + w, select(touches, V(T(1)), V(T(0))));  // x is read: now 1 = live
-  }
-  // Corner k = (x bit, y bit, z bit) = (k & 1, k >> 1 & 1, k >> 2): the corners each
-  // axis allows when its low tap (bit 0) and high tap (bit 1) are inside, as bytes.
-  static constexpr uint8_t allow_x[4] = {0x00, 0x55, 0xaa, 0xff};
-  static constexpr uint8_t allow_y[4] = {0x00, 0x33, 0xcc, 0xff};
-  static constexpr uint8_t allow_z[4] = {0x00, 0x0f, 0xf0, 0xff};
-  const int64_t sz = g.stride[2], sy = g.stride[3], sx = g.stride[4];
-  for (int64_t w = 0; w < r.padded; ++w) {  // branch-free: the compiler vectorises it
-    const bool live = w < r.width && r.coord(0)[w] != T(0);
-    const int64_t x0 = int64_t(r.low(0)[w]), y0 = int64_t(r.low(1)[w]), z0 = int64_t(r.low(2)[w]);
-    r.corner[w] = x0;
-    r.corner[r.padded + w] = y0;
-    r.corner[2 * r.padded + w] = z0;
-    r.offset[w] = z0 * sz + y0 * sy + x0 * sx;
-    uint8_t bits;
-    if (MODE == NEAREST) {
-      bits = uint8_t(live);
-    } else {
-      const unsigned xs = unsigned(x0 >= 0) | unsigned(x0 + 1 < g.W) << 1;
-      const unsigned ys = unsigned(y0 >= 0) | unsigned(y0 + 1 < g.H) << 1;
-      const unsigned zs = unsigned(z0 >= 0) | unsigned(z0 + 1 < g.D) << 1;
-      bits = uint8_t(allow_x[xs] & allow_y[ys] & allow_z[zs] & (live ? 0xffu : 0u));
+    if (padding != ZEROS) {  // clipping, or reflecting on 1 voxel, makes infinities finite
+      const M finite = isfinite_(load_<V>(r.axis(0) + w)) & isfinite_(load_<V>(r.axis(1) + w)) &
+                       isfinite_(load_<V>(r.axis(2) + w));
+      for (int axis = 0; axis < 3; ++axis)
+        for (int t = 0; t < 2; ++t) tap_in[axis][t] = tap_in[axis][t] & finite;
     }
-    r.inside[w] = bits;
+    for (int k = 0; k < kCorners; ++k)
+      corner[k] = tap_in[0][k & 1] & tap_in[1][k >> 1 & 1] & tap_in[2][k >> 2];
   }
+
+  // Element offset of the lowest corner in an operand of these (z, y, x) strides.
+  index_of<V> offset(const int64_t* s) const {
+    using I = index_of<V>;
+    return to_index(low[0]) * I(s[4]) + to_index(low[1]) * I(s[3]) + to_index(low[2]) * I(s[2]);
+  }
+
+  // The 8 corner weights, each (wx * wy) * wz as PyTorch forms them.
+  void corner_weights(V out[8]) const {
+    const V xy[4] = {weight[0] * weight[2], weight[1] * weight[2], weight[0] * weight[3],
+                     weight[1] * weight[3]};
+    for (int k = 0; k < 8; ++k) out[k] = xy[k & 3] * weight[4 + (k >> 2)];
+  }
+
+  // Whether any corner is on, per lane.
+  M any() const {
+    M m = corner[0];
+    for (int k = 1; k < kCorners; ++k) m = m | corner[k];
+    return m;
+  }
+};
+
+// Whether every element offset of the spatial axes of `s` fits the SIMD builds' int32
+// index lanes (the scalar build's are int64: always).
+inline bool fits_index_lanes(const Strided& s) {
+#ifdef VS_ISA_SCALAR
+  (void)s;
+  return true;
+#else
+  int64_t extent = 0;
+  for (int axis = 2; axis < 5; ++axis) extent += s.shape[axis] * std::abs(s.stride[axis]);
+  return extent < (int64_t(1) << 31);
+#endif
 }
 
-template <class T>
-using Preparer = void (*)(RowTable<T>&, const Geometry&, bool);
-
-template <class T>
-Preparer<T> preparer(int mode, int padding) {
-  static constexpr Preparer<T> table[2][3] = {
-      {prepare_row<BILINEAR, ZEROS, T>, prepare_row<BILINEAR, BORDER, T>,
-       prepare_row<BILINEAR, REFLECTION, T>},
-      {prepare_row<NEAREST, ZEROS, T>, prepare_row<NEAREST, BORDER, T>,
-       prepare_row<NEAREST, REFLECTION, T>}};
-  return table[mode][padding];
-}
-
-// Row `row`'s grid coordinates into the table (as T); returns the row's (n, d, h).
+// Row `row`'s grid coordinates into `r` (as T); returns the row's (n, d, h).
 template <class G, class T>
-void load_row(const Strided& grid, int64_t row, const Geometry& g, RowTable<T>& r, int64_t& n,
+void load_row(const Strided& grid, int64_t row, const Geometry& g, RowCoords<T>& r, int64_t& n,
               int64_t& d, int64_t& h) {
   n = row / (g.Do * g.Ho);
   d = row / g.Ho % g.Do;
   h = row % g.Ho;
   const G* p = grid.ptr<G>() + n * grid.stride[0] + d * grid.stride[1] + h * grid.stride[2];
   const int64_t sw = grid.stride[3], sk = grid.stride[4];
-  T* cx = r.coord(0);
-  T* cy = r.coord(1);
-  T* cz = r.coord(2);
-  for (int64_t w = 0; w < g.Wo; ++w) {
-    const G* q = p + w * sw;
-    cx[w] = load<G, T>(q);
-    cy[w] = load<G, T>(q + sk);
-    cz[w] = load<G, T>(q + 2 * sk);
-  }
+  T* cx = r.axis(0);
+  T* cy = r.axis(1);
+  T* cz = r.axis(2);
+  auto split = [&](int64_t point, int64_t axis) {  // constants let the compiler vectorise
+    for (int64_t w = 0; w < g.Wo; ++w) {
+      const G* q = p + w * point;
+      cx[w] = load<G, T>(q);
+      cy[w] = load<G, T>(q + axis);
+      cz[w] = load<G, T>(q + 2 * axis);
+    }
+  };
+  if (sw == 3 && sk == 1) split(3, 1);  // a contiguous grid
+  else split(sw, sk);
 }
 
 // Corner k's element offset from the lowest corner.
@@ -212,101 +210,185 @@ inline int64_t chunks_for(int64_t rows, int threads) {
   return std::max<int64_t>(1, std::min<int64_t>(rows, 4 * int64_t(threads)));
 }
 
+// Lanes [0, valid) of a vector read from p, p + stride, ... (0 beyond), converted from S.
+template <class V, class S>
+inline V load_lanes(const S* p, int64_t stride, int64_t valid) {
+  using T = scalar_of<V>;
+  constexpr int L = lanes<V>::count;
+  if constexpr (std::is_same_v<S, T>)
+    if (stride == 1 && valid == L) return load_<V>(p);
+  alignas(64) T v[L] = {};
+  for (int64_t l = 0; l < valid; ++l) v[l] = load<S, T>(p + l * stride);
+  return load_<V>(v);
+}
+
+// Lanes [0, valid) of x stored to p, p + stride, ... (rounded once to S).
+template <class S, class V>
+inline void store_lanes(S* p, int64_t stride, int64_t valid, V x) {
+  using T = scalar_of<V>;
+  constexpr int L = lanes<V>::count;
+  if constexpr (std::is_same_v<S, T>) {
+    if (stride == 1 && valid == L) {
+      store_(p, x);
+      return;
+    }
+  }
+  alignas(64) T v[L];
+  store_(v, x);
+  for (int64_t l = 0; l < valid; ++l) storage<S>::template store<T>(p + l * stride, v[l]);
+}
+
+// Reads the 8 corner values of a footprint's lanes, channel by channel. Each (y, z) corner
+// row's two x neighbours of a lane are read with two plain loads (on this project's
+// machines faster than hardware gathers) at offsets clamped into the volume, so that every
+// read is valid memory: a corner outside gets some voxel's value, which the caller masks
+// off. At an x edge the corner inside is the clamped pair's other half.
+template <int MODE, class V>
+struct CornerReader {
+  using T = scalar_of<V>;
+  using I = index_of<V>;
+  static constexpr int L = lanes<V>::count;
+  alignas(64) index_lane_of<V> row[4][L];  // pair offsets in corner row j = y bit + 2 * z bit
+  int64_t x_step;                          // to a pair's second voxel (0 if W == 1)
+  mask_of<V> x_below, x_above;             // x0 = -1, x0 = W - 1: the pair lies beside it
+
+  CornerReader() = default;
+  CornerReader(const Footprint<MODE, V>& f, const Geometry& g, const int64_t* s)
+      : x_step(g.W > 1 ? s[4] : 0) {
+    const V zero(T(0)), one(T(1));
+    auto clamp = [&](V x, int64_t top) {
+      const V high{T(top)};
+      return select(x < zero, zero, select(high < x, high, x));
+    };
+    const V x = clamp(f.low[0], std::max<int64_t>(g.W - 2, 0));
+    x_below = f.low[0] < x;
+    x_above = x < f.low[0];
+    const I xo = to_index(x) * I(s[4]);
+    const I yo[2] = {to_index(clamp(f.low[1], g.H - 1)) * I(s[3]),
+                     to_index(clamp(f.low[1] + one, g.H - 1)) * I(s[3])};
+    const I zo[2] = {to_index(clamp(f.low[2], g.D - 1)) * I(s[2]),
+                     to_index(clamp(f.low[2] + one, g.D - 1)) * I(s[2])};
+    for (int j = 0; j < 4; ++j) store_(row[j], xo + yo[j & 1] + zo[j >> 1]);
+  }
+
+  // A row's pairs as 64-bit loads, where they are adjacent floats; false: read them apart.
+  template <class S>
+  bool pairs(const S* base, const index_lane_of<V>* at, V& p0, V& p1) const {
+    if constexpr (std::is_same_v<S, T>) {
+      if (x_step == 1) {
+        load_pairs_(base, at, p0, p1);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Corner k's values in out[k] (converted from S); `base`: the channel's first voxel.
+  template <class S>
+  void read(const S* base, V out[8]) const {
+    for (int j = 0; j < 4; ++j) {
+      V p0, p1;
+      if (!pairs(base, row[j], p0, p1)) {
+        alignas(64) T first[L], second[L];
+        for (int l = 0; l < L; ++l) {
+          first[l] = load<S, T>(base + row[j][l]);
+          second[l] = load<S, T>(base + row[j][l] + x_step);
+        }
+        p0 = load_<V>(first);
+        p1 = load_<V>(second);
+      }
+      out[2 * j] = select(x_above, p1, p0);
+      out[2 * j + 1] = select(x_below, p0, p1);
+    }
+  }
+};
+
 // ---------------------------------------------------------------------------------------
 // Forward
 // ---------------------------------------------------------------------------------------
 
-// The 8 corner weights of lanes [w, w+L), each (wx * wy) * wz as PyTorch forms them.
-template <class V, class T>
-inline void corner_weights(const RowTable<T>& r, int64_t w, V out[8]) {
-  const V wx0 = load_<V>(r.weight(0) + w), wx1 = load_<V>(r.weight(1) + w);
-  const V wy0 = load_<V>(r.weight(2) + w), wy1 = load_<V>(r.weight(3) + w);
-  const V wz0 = load_<V>(r.weight(4) + w), wz1 = load_<V>(r.weight(5) + w);
-  const V a00 = wx0 * wy0, a10 = wx1 * wy0, a01 = wx0 * wy1, a11 = wx1 * wy1;
-  out[0] = a00 * wz0; out[1] = a10 * wz0; out[2] = a01 * wz0; out[3] = a11 * wz0;
-  out[4] = a00 * wz1; out[5] = a10 * wz1; out[6] = a01 * wz1; out[7] = a11 * wz1;
-}
+// The forward's trilinear sampler of L points: their corner reader, weights and masks.
+template <class V>
+struct Trilinear {
+  CornerReader<BILINEAR, V> reader;
+  V weight[8];
+  mask_of<V> corner[8];
 
-// Corner values of lanes [w, w+L) (0 where masked off): gathered straight from float32 or
-// float64 volumes, converted lane by lane from 16-bit ones.
-template <class V, class S>
-inline V corner_values(const S* base, const int64_t* offset, int64_t add, mask_of<V> m,
-                       const uint8_t* inside, unsigned bit) {
-  using T = scalar_of<V>;
-  if constexpr (std::is_same_v<S, T>) {
-    return gather_(base, offset, add, m);
-  } else {
-    constexpr int L = lanes<V>::count;
-    alignas(64) T v[L];
-    for (int l = 0; l < L; ++l)
-      v[l] = (inside[l] & bit) ? load<S, T>(base + offset[l] + add) : T(0);
-    return load_<V>(v);
+  Trilinear() = default;
+  Trilinear(const RowCoords<scalar_of<V>>& r, int64_t w, const Geometry& g,
+            const GridSampleArgs& a, const int64_t* stride)
+      : Trilinear(Footprint<BILINEAR, V>(r, w, g, a.padding, a.align_corners), g, stride) {}
+  Trilinear(const Footprint<BILINEAR, V>& f, const Geometry& g, const int64_t* stride)
+      : reader(f, g, stride) {
+    f.corner_weights(weight);
+    std::copy(f.corner, f.corner + 8, corner);
   }
-}
+
+  // The points' values in the channel at `base`: sums start at 0 and add v * w in corner
+  // order with no fused multiply-add, as PyTorch's.
+  template <class S>
+  V sample(const S* base) const {
+    using T = scalar_of<V>;
+    V v[8];
+    reader.read(base, v);
+    V acc(T(0));
+    for (int k = 0; k < 8; ++k) acc = select(corner[k], acc + v[k] * weight[k], acc);
+    return acc;
+  }
+};
 
 template <class S, class G, int MODE>
 void forward_kernel(const GridSampleArgs& a) {
   using T = typename compute_of<S, G>::type;
   using V = typename native<T>::type;
+  using I = index_of<V>;
   constexpr int L = lanes<V>::count;
   const Geometry g(a);
-  const Preparer<T> prepare = preparer<T>(MODE, a.padding);
   const S* inp = a.input.ptr<S>();
   S* out = a.output.ptr<S>();
   const int64_t* is = a.input.stride;
   const int64_t* os = a.output.stride;
-  int64_t offsets[8];
-  corner_offsets(a.input, offsets);
   const int64_t chunks = chunks_for(g.rows, a.threads);
+  const int64_t blocks = (g.Wo + L - 1) / L;
 #pragma omp parallel num_threads(a.threads)
   {
-    RowTable<T> r(g.Wo);
-    alignas(64) T acc_lanes[kMaxLanes];
+    RowCoords<T> r(g.Wo);
+    std::vector<Trilinear<V>> row_samplers(MODE == NEAREST ? 0 : blocks);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {  // a chunk writes only its own rows
       for (int64_t row = chunk * g.rows / chunks; row < (chunk + 1) * g.rows / chunks; ++row) {
         int64_t n, d, h;
         load_row<G>(a.grid, row, g, r, n, d, h);
-        prepare(r, g, a.align_corners);
         const S* in_n = inp + n * is[0];
         S* out_row = out + n * os[0] + d * os[2] + h * os[3];
         if constexpr (MODE == NEAREST) {  // the single voxel, copied exactly; 0 outside
-          for (int64_t w = 0; w < g.Wo; ++w) {
-            S* o = out_row + w * os[4];
-            const S* src = in_n + r.offset[w];
-            if (r.inside[w]) {
-              for (int64_t c = 0; c < g.C; ++c) o[c * os[1]] = src[c * is[1]];
-            } else {
-              S zero;
-              std::memset(&zero, 0, sizeof zero);
-              for (int64_t c = 0; c < g.C; ++c) o[c * os[1]] = zero;
+          for (int64_t w = 0; w < g.Wo; w += L) {
+            const Footprint<MODE, V> f(r, w, g, a.padding, a.align_corners);
+            alignas(64) index_lane_of<V> offset_lanes[L];
+            store_(offset_lanes, f.offset(is));
+            const unsigned on = bits_of(f.corner[0]);
+            for (int64_t l = 0; l < std::min<int64_t>(L, g.Wo - w); ++l) {
+              S* o = out_row + (w + l) * os[4];
+              const S* src = in_n + offset_lanes[l];
+              if (on >> l & 1) {
+                for (int64_t c = 0; c < g.C; ++c) o[c * os[1]] = src[c * is[1]];
+              } else {
+                S zero;
+                std::memset(&zero, 0, sizeof zero);
+                for (int64_t c = 0; c < g.C; ++c) o[c * os[1]] = zero;
+              }
             }
           }
         } else {
-          for (int64_t w = 0; w < g.Wo; w += L) {
-            V cw[8];
-            corner_weights<V>(r, w, cw);
-            mask_of<V> m[8];
-            for (int k = 0; k < 8; ++k) m[k] = bit_mask<V>::of(r.inside.data() + w, 1u << k);
-            const int64_t valid = std::min<int64_t>(L, g.Wo - w);
-            for (int64_t c = 0; c < g.C; ++c) {
-              V acc(T(0));
-              for (int k = 0; k < 8; ++k) {
-                const V v = corner_values<V>(in_n, r.offset.data() + w, c * is[1] + offsets[k],
-                                             m[k], r.inside.data() + w, 1u << k);
-                acc = select(m[k], acc + v * cw[k], acc);
-              }
-              S* o = out_row + c * os[1] + w * os[4];
-              if constexpr (std::is_same_v<S, T>) {
-                if (os[4] == 1 && valid == L) {
-                  store_(o, acc);
-                  continue;
-                }
-              }
-              store_(acc_lanes, acc);
-              for (int64_t l = 0; l < valid; ++l)
-                storage<S>::template store<T>(o + l * os[4], acc_lanes[l]);
-            }
+          for (int64_t b = 0; b < blocks; ++b) row_samplers[b] = Trilinear<V>(r, b * L, g, a, is);
+          // Channel by channel over the whole row: the volume's reads stay on a few rows
+          // of one channel at a time, which the caches keep.
+          for (int64_t c = 0; c < g.C; ++c) {
+            const S* in_c = in_n + c * is[1];
+            S* out_c = out_row + c * os[1];
+            for (int64_t b = 0; b < blocks; ++b)
+              store_lanes(out_c + b * L * os[4], os[4], std::min<int64_t>(L, g.Wo - b * L),
+                          row_samplers[b].sample(in_c));
           }
         }
       }
@@ -479,27 +561,32 @@ Plan make_plan(const GridSampleArgs& a, const Geometry& g) {
   return p;
 }
 
-// The backward's operands and loops. Corners of a point are visited in order, channels
-// outermost, as PyTorch sums.
+// The backward's operands and loops, L points (lanes) at a time. The grid gradient sums,
+// per lane, channel by channel and corner by corner in order, as PyTorch does; the scatter
+// into grad_input goes point by point (then corner by corner), so each element receives
+// its terms in increasing point order.
 template <class S, class G, int MODE>
 struct Backward {
   using T = typename compute_of<S, G>::type;
-  static constexpr int kCorners = MODE == NEAREST ? 1 : 8;
+  using V = typename native<T>::type;
+  using I = index_of<V>;
+  using Lane = index_lane_of<V>;
+  using M = mask_of<V>;
+  using F = Footprint<MODE, V>;
+  static constexpr int L = lanes<V>::count;
+  static constexpr int kCorners = F::kCorners;
 
   const GridSampleArgs& a;
   Geometry g;
-  Preparer<T> prepare;
   const S* gout;
   const S* inp;
   T* gin;
   G* ggrid;
-  int64_t in_offsets[8], gi_offsets[8];
+  int64_t gi_offsets[8];
 
   explicit Backward(const GridSampleArgs& args)
-      : a(args), g(args), prepare(preparer<T>(MODE, args.padding)),
-        gout(args.grad_output.ptr<S>()), inp(args.input.ptr<S>()),
+      : a(args), g(args), gout(args.grad_output.ptr<S>()), inp(args.input.ptr<S>()),
         gin(args.grad_input.ptr<T>()), ggrid(args.grad_grid.ptr<G>()) {
-    corner_offsets(a.input, in_offsets);
     if (gin) corner_offsets(a.grad_input, gi_offsets);
   }
 
@@ -508,82 +595,122 @@ struct Backward {
     return gout + n * s[0] + d * s[2] + h * s[3];
   }
 
-  // The 8 corner weights of point w and their derivatives by ix, iy, iz (24: x, y, z).
-  static void weights(const RowTable<T>& r, int64_t w, T values[8], T slopes[24]) {
-    const T wx0 = r.weight(0)[w], wx1 = r.weight(1)[w], wy0 = r.weight(2)[w];
-    const T wy1 = r.weight(3)[w], wz0 = r.weight(4)[w], wz1 = r.weight(5)[w];
-    const T a00 = wx0 * wy0, a10 = wx1 * wy0, a01 = wx0 * wy1, a11 = wx1 * wy1;
-    const T v[8] = {a00 * wz0, a10 * wz0, a01 * wz0, a11 * wz0,
-                    a00 * wz1, a10 * wz1, a01 * wz1, a11 * wz1};
-    std::memcpy(values, v, sizeof v);
-    const T yz00 = wy0 * wz0, yz10 = wy1 * wz0, yz01 = wy0 * wz1, yz11 = wy1 * wz1;
-    const T xz00 = wx0 * wz0, xz10 = wx1 * wz0, xz01 = wx0 * wz1, xz11 = wx1 * wz1;
-    const T s[24] = {-yz00, yz00, -yz10, yz10, -yz01, yz01, -yz11, yz11,
-                     -xz00, -xz10, xz00, xz10, -xz01, -xz11, xz01, xz11,
-                     -a00, -a10, -a01, -a11, a00, a10, a01, a11};
-    std::memcpy(slopes, s, sizeof s);
-  }
+  // Which part of a row's points a task takes: every corner (a slab holding the row's
+  // planes whole, or no slabs at all), or only those on the planes [lo, hi).
+  struct Planes {
+    bool clip;
+    int64_t lo, hi;
+  };
 
-  // Point w's share of the backward: its grad_output scattered into the corners on planes
-  // [lo, hi) (every corner when !clip; none when !scatter) and, if `gather`,
-  // d(loss)/d(ix, iy, iz) into sx, sy, sz. `plane` is the plane index of the lowest corner.
+  // Points [w, w + L) of a row: with SCATTER, their grad_output times each corner weight
+  // added into grad_input's corners (those on `planes`); with GATHER, their grid gradient
+  // stored.
   template <bool SCATTER, bool GATHER>
-  void point(const RowTable<T>& r, int64_t w, int64_t n, const S* go, bool clip, int64_t plane,
-             int64_t lo, int64_t hi, T& sx, T& sy, T& sz) const {
-    T values[8], slopes[24];
-    if (MODE == NEAREST) values[0] = T(1);
-    else weights(r, w, values, slopes);
+  void block(const RowCoords<T>& r, int64_t w, int64_t n, int64_t d, int64_t h, const S* go_row,
+             Planes planes) const {
+    const F f(r, w, g, a.padding, a.align_corners);
+    const M any = f.any();
+    if (!bits_of(any)) {  // nothing touched: the grid gradient is 0, as its caller left it
+      return;
+    }
+    const int64_t valid = std::min<int64_t>(L, g.Wo - w);
     const int64_t* is = a.input.stride;
-    const S* i_at = inp + n * is[0] + r.offset[w];
-    T* gi_at = nullptr;
-    unsigned scatter_bits = 0;
+    const int64_t go_c = a.grad_output.stride[1], go_w = a.grad_output.stride[4];
+    std::optional<CornerReader<MODE, V>> reader;
+    if (GATHER && MODE != NEAREST) reader.emplace(f, g, is);
+    const S* in_n = inp + n * is[0];
+    V cw[8];
+    if (MODE == NEAREST) cw[0] = V(T(1));
+    else f.corner_weights(cw);
+    // d(corner weight k)/d(ix, iy, iz): the other two axes' weights, signed by k's tap.
+    V dx[8], dy[8], dz[8];
+    if (GATHER && MODE != NEAREST) {
+      const V* wt = f.weight;
+      const V yz[4] = {wt[2] * wt[4], wt[3] * wt[4], wt[2] * wt[5], wt[3] * wt[5]};
+      const V xz[4] = {wt[0] * wt[4], wt[1] * wt[4], wt[0] * wt[5], wt[1] * wt[5]};
+      const V xy[4] = {wt[0] * wt[2], wt[1] * wt[2], wt[0] * wt[3], wt[1] * wt[3]};
+      for (int k = 0; k < 8; ++k) {
+        const V x = yz[k >> 1], y = xz[(k & 1) | (k >> 2) << 1], z = xy[k & 3];
+        dx[k] = (k & 1) ? x : -x;
+        dy[k] = (k >> 1 & 1) ? y : -y;
+        dz[k] = (k >> 2) ? z : -z;
+      }
+    }
+    // The scatter's corners per lane (bit k: corner k), clipped to the task's planes.
+    alignas(64) Lane gi_lanes[L];
+    unsigned scatter[L] = {};
     if (SCATTER) {
-      const int64_t* gs = a.grad_input.stride;
-      const int64_t x0 = r.corner[w], y0 = r.corner[r.padded + w], z0 = r.corner[2 * r.padded + w];
-      gi_at = gin + n * gs[0] + z0 * gs[2] + y0 * gs[3] + x0 * gs[4];
-      scatter_bits = r.inside[w];
-      if (clip) {  // only the corners on this slab's planes
-        if (plane < lo || plane >= hi) scatter_bits &= 0xf0u;
-        if (plane + 1 < lo || plane + 1 >= hi) scatter_bits &= 0x0fu;
-      }
-    }
-    const unsigned bits = r.inside[w];
-    const int64_t go_c = a.grad_output.stride[1];
-    for (int64_t c = 0; c < g.C; ++c) {
-      const T gv = load<S, T>(go + c * go_c);
-      const S* ic = i_at + c * is[1];
-      for (int k = 0; k < kCorners; ++k) {
-        if (!(bits >> k & 1)) continue;
-        if (GATHER) {
-          const T v = load<S, T>(ic + in_offsets[k]) * gv;
-          sx += slopes[k] * v;
-          sy += slopes[8 + k] * v;
-          sz += slopes[16 + k] * v;
+      store_(gi_lanes, f.offset(a.grad_input.stride));
+      unsigned on[8];
+      for (int k = 0; k < kCorners; ++k) on[k] = bits_of(f.corner[k]);
+      alignas(64) Lane z_lanes[L];
+      if (planes.clip) store_(z_lanes, to_index(f.low[2]));
+      for (int64_t l = 0; l < valid; ++l) {
+        unsigned bits = 0;
+        for (int k = 0; k < kCorners; ++k) bits |= (on[k] >> l & 1) << k;
+        if (planes.clip) {
+          const int64_t plane = n * g.D + z_lanes[l];
+          if (plane < planes.lo || plane >= planes.hi) bits &= 0xf0u;
+          if (plane + 1 < planes.lo || plane + 1 >= planes.hi) bits &= 0x0fu;
         }
-        if (SCATTER && (scatter_bits >> k & 1))
-          gi_at[c * a.grad_input.stride[1] + gi_offsets[k]] += gv * values[k];
+        scatter[l] = bits;
       }
     }
-  }
-
-  void store_grid_gradient(const RowTable<T>& r, int64_t n, int64_t d, int64_t h, int64_t w, T sx,
-                           T sy, T sz) const {
-    const int64_t* s = a.grad_grid.stride;
-    G* p = ggrid + n * s[0] + d * s[1] + h * s[2] + w * s[3];
-    const bool zero = MODE == NEAREST || !r.inside[w];  // nearest: exactly 0; its slope may be NaN outside
-    storage<G>::template store<T>(p, zero ? T(0) : r.slope(0)[w] * sx);
-    storage<G>::template store<T>(p + s[4], zero ? T(0) : r.slope(1)[w] * sy);
-    storage<G>::template store<T>(p + 2 * s[4], zero ? T(0) : r.slope(2)[w] * sz);
-  }
-
-  void prepare_row(RowTable<T>& r, int64_t row, int64_t& n, int64_t& d, int64_t& h) const {
-    load_row<G>(a.grid, row, g, r, n, d, h);
-    prepare(r, g, a.align_corners);
+    T* gi_n = SCATTER ? gin + n * a.grad_input.stride[0] : nullptr;
+    V sx(T(0)), sy(T(0)), sz(T(0));
+    for (int64_t c = 0; c < g.C; ++c) {
+      const V gv = load_lanes<V>(go_row + c * go_c + w * go_w, go_w, valid);
+      if (GATHER && MODE != NEAREST) {
+        V values[8];
+        reader->read(in_n + c * is[1], values);
+        for (int k = 0; k < 8; ++k) {
+          const V v = values[k] * gv;
+          sx = select(f.corner[k], sx + dx[k] * v, sx);
+          sy = select(f.corner[k], sy + dy[k] * v, sy);
+          sz = select(f.corner[k], sz + dz[k] * v, sz);
+        }
+      }
+      if (SCATTER) {
+        alignas(64) T terms[8][L];
+        for (int k = 0; k < kCorners; ++k) store_(terms[k], gv * cw[k]);
+        T* gi_c = gi_n + c * a.grad_input.stride[1];
+        for (int64_t l = 0; l < valid; ++l) {
+          const unsigned bits = scatter[l];
+          if (!bits) continue;
+          T* at = gi_c + gi_lanes[l];
+          if (bits == (1u << kCorners) - 1) {  // inside: every corner, without branches
+            for (int k = 0; k < kCorners; ++k) at[gi_offsets[k]] += terms[k][l];
+          } else {
+            for (int k = 0; k < kCorners; ++k)
+              if (bits >> k & 1) at[gi_offsets[k]] += terms[k][l];
+          }
+        }
+      }
+    }
+    if (GATHER) {  // nearest: exactly 0 (its slope may be NaN outside)
+      const V zero(T(0));
+      const bool nearest = MODE == NEAREST;
+      alignas(64) T gx[L], gy[L], gz[L];
+      store_(gx, nearest ? zero : select(any, f.slope[0] * sx, zero));
+      store_(gy, nearest ? zero : select(any, f.slope[1] * sy, zero));
+      store_(gz, nearest ? zero : select(any, f.slope[2] * sz, zero));
+      const int64_t* s = a.grad_grid.stride;
+      G* p = ggrid + n * s[0] + d * s[1] + h * s[2] + w * s[3];
+      auto interleave = [&](int64_t point, int64_t axis, int64_t count) {
+        for (int64_t l = 0; l < count; ++l) {
+          storage<G>::template store<T>(p + l * point, gx[l]);
+          storage<G>::template store<T>(p + l * point + axis, gy[l]);
+          storage<G>::template store<T>(p + l * point + 2 * axis, gz[l]);
+        }
+      };
+      if (s[3] == 3 && s[4] == 1 && valid == L) interleave(3, 1, L);  // constants: vectorised
+      else interleave(s[3], s[4], valid);
+    }
   }
 
   // Slab s: every point's share of grad_input on the slab's planes, in point order, and
   // (if need_grid) the grid gradient of the rows the slab owns.
-  void slab(const Plan& p, int64_t s, bool need_grid, RowTable<T>& r) const {
+  void slab(const Plan& p, int64_t s, bool need_grid, RowCoords<T>& r) const {
     const int64_t slabs = p.n_slabs(), lo = p.slabs[s], hi = p.slabs[s + 1];
     for (int64_t row = 0; row < g.rows; ++row) {  // every point, in increasing order
       bool owner = true, straddles = false;
@@ -596,37 +723,23 @@ struct Backward {
         owner = s == std::min(std::max(row * slabs / g.rows, p.slab_of(first)), p.slab_of(last));
       }
       int64_t n, d, h;
-      prepare_row(r, row, n, d, h);
+      load_row<G>(a.grid, row, g, r, n, d, h);
       const S* go_row = gout_row(n, d, h);
-      const bool gather = need_grid && owner && MODE != NEAREST;
-      for (int64_t w = 0; w < g.Wo; ++w) {
-        if (!r.inside[w]) continue;
-        const int64_t z0 = r.corner[2 * r.padded + w], plane = n * g.D + z0;
-        if (straddles && !owner &&
-            (n * g.D + std::max<int64_t>(z0, 0) >= hi ||
-             n * g.D + std::min<int64_t>(z0 + kCorners / 8, g.D - 1) < lo))
-          continue;
-        const S* go = go_row + w * a.grad_output.stride[4];
-        T sx(0), sy(0), sz(0);
-        if (gather) point<true, true>(r, w, n, go, straddles, plane, lo, hi, sx, sy, sz);
-        else point<true, false>(r, w, n, go, straddles, plane, lo, hi, sx, sy, sz);
-        if (need_grid && owner) store_grid_gradient(r, n, d, h, w, sx, sy, sz);
+      const Planes planes{straddles, lo, hi};
+      for (int64_t w = 0; w < g.Wo; w += L) {
+        if (need_grid && owner) block<true, true>(r, w, n, d, h, go_row, planes);
+        else block<true, false>(r, w, n, d, h, go_row, planes);
       }
     }
   }
 
-  // The grid gradient of rows [begin, end) (every point written).
-  void gradient_rows(int64_t begin, int64_t end, RowTable<T>& r) const {
+  // The grid gradient of rows [begin, end).
+  void gradient_rows(int64_t begin, int64_t end, RowCoords<T>& r) const {
     for (int64_t row = begin; row < end; ++row) {
       int64_t n, d, h;
-      prepare_row(r, row, n, d, h);
+      load_row<G>(a.grid, row, g, r, n, d, h);
       const S* go_row = gout_row(n, d, h);
-      for (int64_t w = 0; w < g.Wo; ++w) {
-        T sx(0), sy(0), sz(0);
-        if (MODE != NEAREST && r.inside[w])
-          point<false, true>(r, w, n, go_row + w * a.grad_output.stride[4], false, 0, 0, 0, sx, sy, sz);
-        store_grid_gradient(r, n, d, h, w, sx, sy, sz);
-      }
+      for (int64_t w = 0; w < g.Wo; w += L) block<false, true>(r, w, n, d, h, go_row, {});
     }
   }
 
@@ -640,7 +753,7 @@ struct Backward {
     const bool slabs_do_grid = !a.grad_grid.empty() && chunks == 0;
 #pragma omp parallel num_threads(std::max<int>(1, std::min<int64_t>(a.threads, tasks)))
     {
-      RowTable<T> r(g.Wo);
+      RowCoords<T> r(g.Wo);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < tasks; ++t) {
         if (t < slabs) slab(p, t, slabs_do_grid, r);
@@ -721,6 +834,7 @@ void by_dtypes(const GridSampleArgs& a, F&& f, bool labels) {
 }  // namespace
 
 void grid_sample_forward(const GridSampleArgs& a) {
+  if (!fits_index_lanes(a.input)) return scalar::grid_sample_forward(a);
   by_dtypes(
       a,
       [&](auto s, auto g) {
@@ -734,6 +848,8 @@ void grid_sample_forward(const GridSampleArgs& a) {
 }
 
 void grid_sample_backward(const GridSampleArgs& a) {
+  if (!fits_index_lanes(a.input) || (!a.grad_input.empty() && !fits_index_lanes(a.grad_input)))
+    return scalar::grid_sample_backward(a);
   by_dtypes(
       a,
       [&](auto s, auto g) {

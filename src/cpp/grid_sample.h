@@ -24,6 +24,13 @@ struct GridSampleArgs {
   int threads = 1;
 };
 
+// The portable build's kernels, which the SIMD builds hand volumes too large for their
+// 32-bit index lanes.
+namespace scalar {
+void grid_sample_forward(const GridSampleArgs& args);
+void grid_sample_backward(const GridSampleArgs& args);
+}  // namespace scalar
+
 #ifdef VS_ISA
 namespace VS_ISA {
 void grid_sample_forward(const GridSampleArgs& args);

@@ -28,10 +28,9 @@ template <class T> inline T select(bool mask, T if_true, T if_false) {
 }  // namespace vs
 
 // ---------------------------------------------------------------------------------------
-// Grid sampling's lane primitives, shared by every ISA: the mask type of a vector, a masked
-// gather of lanes at int64 element offsets (index[l] + add; masked-off lanes read 0 and
-// touch no memory), and the mask of lanes whose byte in `bits` has `bit` set. For the
-// plain scalars below; the vector sections give the same names.
+// Grid sampling's lane primitives, shared by every ISA: the mask type of a vector, its
+// lanes as bits and index vectors of element offsets. For the plain scalars below; the
+// vector sections give the same names.
 // ---------------------------------------------------------------------------------------
 namespace vs {
 
@@ -39,19 +38,32 @@ template <class V> using mask_of = decltype(V() < V());
 
 template <class V> inline V load_(const scalar_of<V>* p) { return *p; }
 template <class T> inline void store_(T* p, T v) { *p = v; }
-inline float gather_(const float* base, const int64_t* index, int64_t add, bool m) {
-  return m ? base[*index + add] : 0.0f;
+inline unsigned bits_of(bool m) { return unsigned(m); }  // bit l: lane l is on
+
+// Index vectors: L lanes of element offsets, int64 in the scalar build. The SIMD builds
+// use int32 lanes (one gather instruction for a whole vector) and run only on volumes whose
+// offsets fit in 31 bits; the kernels send larger ones to the scalar build.
+template <class V> struct index_for { using type = int64_t; using lane = int64_t; };
+template <class V> using index_of = typename index_for<V>::type;
+template <class V> using index_lane_of = typename index_for<V>::lane;
+inline int64_t to_index(float x) { return int64_t(x); }  // x: a whole number in range
+inline int64_t to_index(double x) { return int64_t(x); }
+
+// Lane l's neighbours base[at[l]] and base[at[l] + 1] (all valid memory) as `first` and
+// `second`: plain loads, which beat the hardware gathers of the CPUs we measured. The
+// float vectors read each pair as one 64-bit load.
+template <class V, class Lane>
+inline void load_pairs_(const scalar_of<V>* base, const Lane* at, V& first, V& second) {
+  using T = scalar_of<V>;
+  constexpr int L = lanes<V>::count;
+  alignas(64) T a[L], b[L];
+  for (int l = 0; l < L; ++l) {
+    a[l] = base[at[l]];
+    b[l] = base[at[l] + 1];
+  }
+  first = load_<V>(a);
+  second = load_<V>(b);
 }
-inline double gather_(const double* base, const int64_t* index, int64_t add, bool m) {
-  return m ? base[*index + add] : 0.0;
-}
-template <class V> struct bit_mask;
-template <> struct bit_mask<float> {
-  static bool of(const uint8_t* bits, unsigned bit) { return (*bits & bit) != 0; }
-};
-template <> struct bit_mask<double> {
-  static bool of(const uint8_t* bits, unsigned bit) { return (*bits & bit) != 0; }
-};
 
 // The natural vector of T in the ISA being compiled (T itself in the scalar build).
 template <class T> struct native { using type = T; };
@@ -60,8 +72,6 @@ template <class T> struct native { using type = T; };
 
 #if defined(VS_ISA_AVX2) || defined(VS_ISA_AVX512)
 #include <immintrin.h>
-
-#include <cstring>
 
 namespace vs {
 
@@ -79,6 +89,7 @@ namespace vs {
   inline NAME operator-(NAME a, NAME b) { return NAME(PRE##_sub_##SUF(a.v, b.v)); }         \
   inline NAME operator*(NAME a, NAME b) { return NAME(PRE##_mul_##SUF(a.v, b.v)); }         \
   inline NAME operator/(NAME a, NAME b) { return NAME(PRE##_div_##SUF(a.v, b.v)); }         \
+  inline NAME operator-(NAME a) { return NAME(PRE##_xor_##SUF(a.v, PRE##_set1_##SUF(T(-0.0)))); } \
   template <> inline NAME load_<NAME>(const T* p) { return NAME(PRE##_loadu_##SUF(p)); }    \
   inline void store_(T* p, NAME x) { PRE##_storeu_##SUF(p, x.v); }                          \
   inline NAME fmod_(NAME x, NAME y) {                                                       \
@@ -88,6 +99,29 @@ namespace vs {
     for (int l = 0; l < N; ++l) a[l] = std::fmod(a[l], b[l]);                               \
     return load_<NAME>(a);                                                                  \
   }
+
+// int32 index vectors (see index_for): sums and products of offsets and strides.
+#define VS_INDEX_VECTOR(NAME, REG, N, PRE, SI)                                              \
+  struct NAME {                                                                             \
+    REG v;                                                                                  \
+    NAME() = default;                                                                       \
+    explicit NAME(REG x) : v(x) {}                                                          \
+    explicit NAME(int64_t s) : v(PRE##_set1_epi32(int32_t(s))) {}                           \
+  };                                                                                        \
+  inline NAME operator+(NAME a, NAME b) { return NAME(PRE##_add_epi32(a.v, b.v)); }         \
+  inline NAME operator*(NAME a, NAME b) { return NAME(PRE##_mullo_epi32(a.v, b.v)); }       \
+  inline void store_(int32_t* p, NAME x) { PRE##_storeu_##SI(reinterpret_cast<REG*>(p), x.v); }
+
+VS_INDEX_VECTOR(i32x4, __m128i, 4, _mm, si128)
+VS_INDEX_VECTOR(i32x8, __m256i, 8, _mm256, si256)
+
+// Four float pairs base[at[0..3]], base[at[0..3] + 1] as (a0 b0 a1 b1 | a2 b2 a3 b3).
+inline __m256 load_four_pairs(const float* base, const int32_t* at) {
+  auto pair = [&](int l) { return reinterpret_cast<const double*>(base + at[l]); };
+  const __m128d lo = _mm_loadh_pd(_mm_load_sd(pair(0)), pair(1));
+  const __m128d hi = _mm_loadh_pd(_mm_load_sd(pair(2)), pair(3));
+  return _mm256_castpd_ps(_mm256_insertf128_pd(_mm256_castpd128_pd256(lo), hi, 1));
+}
 
 }  // namespace vs
 #endif
@@ -117,30 +151,25 @@ namespace vs {
 VS_VECTOR_AVX512(f32x16, __m512, float, 16, ps, __mmask16)
 VS_VECTOR_AVX512(f64x8, __m512d, double, 8, pd, __mmask8)
 
-inline f32x16 gather_(const float* base, const int64_t* index, int64_t add, f32x16_mask m) {
-  const __m512i step = _mm512_set1_epi64(add);
-  const __m512i i0 = _mm512_add_epi64(_mm512_loadu_si512(index), step);
-  const __m512i i1 = _mm512_add_epi64(_mm512_loadu_si512(index + 8), step);
-  const __m256 lo = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(m.m), i0, base, 4);
-  const __m256 hi = _mm512_mask_i64gather_ps(_mm256_setzero_ps(), __mmask8(m.m >> 8), i1, base, 4);
-  return f32x16(_mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1));
+VS_INDEX_VECTOR(i32x16, __m512i, 16, _mm512, si512)
+
+template <> struct index_for<f32x16> { using type = i32x16; using lane = int32_t; };
+template <> struct index_for<f64x8> { using type = i32x8; using lane = int32_t; };
+inline i32x16 to_index(f32x16 x) { return i32x16(_mm512_cvttps_epi32(x.v)); }
+inline i32x8 to_index(f64x8 x) { return i32x8(_mm512_cvttpd_epi32(x.v)); }
+template <>
+inline void load_pairs_<f32x16, int32_t>(const float* base, const int32_t* at, f32x16& first,
+                                        f32x16& second) {
+  const __m512 lo = _mm512_insertf32x8(_mm512_castps256_ps512(load_four_pairs(base, at)),
+                                       load_four_pairs(base, at + 4), 1);
+  const __m512 hi = _mm512_insertf32x8(_mm512_castps256_ps512(load_four_pairs(base, at + 8)),
+                                       load_four_pairs(base, at + 12), 1);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  first = f32x16(_mm512_permutex2var_ps(lo, even, hi));
+  second = f32x16(_mm512_permutex2var_ps(lo, _mm512_add_epi32(even, _mm512_set1_epi32(1)), hi));
 }
-inline f64x8 gather_(const double* base, const int64_t* index, int64_t add, f64x8_mask m) {
-  const __m512i i = _mm512_add_epi64(_mm512_loadu_si512(index), _mm512_set1_epi64(add));
-  return f64x8(_mm512_mask_i64gather_pd(_mm512_setzero_pd(), m.m, i, base, 8));
-}
-template <> struct bit_mask<f32x16> {
-  static f32x16_mask of(const uint8_t* bits, unsigned bit) {
-    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bits)));
-    return {_mm512_test_epi32_mask(b, _mm512_set1_epi32(int(bit)))};
-  }
-};
-template <> struct bit_mask<f64x8> {
-  static f64x8_mask of(const uint8_t* bits, unsigned bit) {
-    const __m512i b = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bits)));
-    return {_mm512_test_epi64_mask(b, _mm512_set1_epi64(int64_t(bit)))};
-  }
-};
+inline unsigned bits_of(f32x16_mask m) { return m.m; }
+inline unsigned bits_of(f64x8_mask m) { return m.m; }
 template <> struct native<float> { using type = f32x16; };
 template <> struct native<double> { using type = f64x8; };
 
@@ -166,35 +195,23 @@ namespace vs {
 VS_VECTOR_AVX2(f32x8, __m256, float, 8, ps)
 VS_VECTOR_AVX2(f64x4, __m256d, double, 4, pd)
 
-inline f32x8 gather_(const float* base, const int64_t* index, int64_t add, f32x8_mask m) {
-  const __m256i step = _mm256_set1_epi64x(add);
-  const __m256i i0 = _mm256_add_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(index)), step);
-  const __m256i i1 = _mm256_add_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(index + 4)), step);
-  const __m128 lo = _mm256_mask_i64gather_ps(_mm_setzero_ps(), base, i0, _mm256_castps256_ps128(m.m), 4);
-  const __m128 hi = _mm256_mask_i64gather_ps(_mm_setzero_ps(), base, i1, _mm256_extractf128_ps(m.m, 1), 4);
-  return f32x8(_mm256_set_m128(hi, lo));
+template <> struct index_for<f32x8> { using type = i32x8; using lane = int32_t; };
+template <> struct index_for<f64x4> { using type = i32x4; using lane = int32_t; };
+inline i32x8 to_index(f32x8 x) { return i32x8(_mm256_cvttps_epi32(x.v)); }
+inline i32x4 to_index(f64x4 x) { return i32x4(_mm256_cvttpd_epi32(x.v)); }
+template <>
+inline void load_pairs_<f32x8, int32_t>(const float* base, const int32_t* at, f32x8& first,
+                                       f32x8& second) {
+  const __m256 lo = load_four_pairs(base, at), hi = load_four_pairs(base, at + 4);
+  // (a0 b0 a1 b1 | a2 b2 a3 b3), (a4 b4 a5 b5 | a6 b6 a7 b7) -> a0..a7, b0..b7
+  auto order = [](__m256 x) {
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(x), _MM_SHUFFLE(3, 1, 2, 0)));
+  };
+  first = f32x8(order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))));
+  second = f32x8(order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))));
 }
-inline f64x4 gather_(const double* base, const int64_t* index, int64_t add, f64x4_mask m) {
-  const __m256i i = _mm256_add_epi64(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(index)),
-                                     _mm256_set1_epi64x(add));
-  return f64x4(_mm256_mask_i64gather_pd(_mm256_setzero_pd(), base, i, m.m, 8));
-}
-template <> struct bit_mask<f32x8> {
-  static f32x8_mask of(const uint8_t* bits, unsigned bit) {
-    const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bits)));
-    const __m256i want = _mm256_set1_epi32(int(bit));
-    return {_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(b, want), want))};
-  }
-};
-template <> struct bit_mask<f64x4> {
-  static f64x4_mask of(const uint8_t* bits, unsigned bit) {
-    int32_t word;
-    std::memcpy(&word, bits, 4);
-    const __m256i b = _mm256_cvtepu8_epi64(_mm_cvtsi32_si128(word));
-    const __m256i want = _mm256_set1_epi64x(int64_t(bit));
-    return {_mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(b, want), want))};
-  }
-};
+inline unsigned bits_of(f32x8_mask m) { return unsigned(_mm256_movemask_ps(m.m)); }
+inline unsigned bits_of(f64x4_mask m) { return unsigned(_mm256_movemask_pd(m.m)); }
 template <> struct native<float> { using type = f32x8; };
 template <> struct native<double> { using type = f64x4; };
 
