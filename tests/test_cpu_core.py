@@ -49,3 +49,15 @@ def test_set_isa_switches_and_rejects_unknown_names():
         assert _cpu.isa() == "scalar"
     finally:
         _cpu.set_isa(before)
+
+
+def test_float32_calls_do_not_import_ml_dtypes():
+    """Importing ml_dtypes takes most of a second: volsample imports it only for bfloat16
+    (whose arrays come from ml_dtypes anyway)."""
+    code = ("import sys, numpy as np, volsample\n"
+            "x = np.ones((1, 1, 2, 2, 2), np.float32)\n"
+            "volsample.grid_sample_3d(x, np.zeros((1, 1, 1, 1, 3), np.float32))\n"
+            "volsample.upsample_trilinear_3d(x, (3, 3, 3))\n"
+            "print('ml_dtypes' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False", run.stderr

@@ -78,7 +78,7 @@ def array(name: str, value, ndim: int, labels: bool = False) -> np.ndarray:
             value = np.asarray(value)
         else:
             raise UnsupportedDTypeError(f"{name}: expected a NumPy array, got {type(value).__name__}")
-    if value.dtype not in _dtypes.SUPPORTED and not (labels and value.dtype in _dtypes.LABELS):
+    if not _dtypes.is_supported(value.dtype) and not (labels and value.dtype in _dtypes.LABELS):
         hint = (" (integer label maps, uint8/int16/int32, are sampled by grid_sample_3d with "
                 "mode='nearest' only)" if value.dtype in _dtypes.LABELS else "")
         raise UnsupportedDTypeError(
@@ -107,7 +107,7 @@ def grid_dtype(grid: np.ndarray, volume: np.ndarray) -> None:
             f"got {grid.dtype}")
     if grid.dtype == volume.dtype:
         return
-    if volume.dtype in _dtypes.SIXTEEN_BIT and grid.dtype in (_dtypes.FLOAT32, _dtypes.FLOAT64):
+    if _dtypes.is_sixteen_bit(volume.dtype) and grid.dtype in (_dtypes.FLOAT32, _dtypes.FLOAT64):
         return
     raise UnsupportedDTypeError(
         f"grid: expected dtype {volume.dtype} (the dtype of input), or float32/float64 with a "

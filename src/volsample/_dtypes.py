@@ -2,28 +2,55 @@
 
 float16 and bfloat16 volumes are loaded into float32, computed and accumulated there,
 and rounded once when stored; float32 and float64 compute in their own precision.
+
+bfloat16 is ml_dtypes', imported on first use (``BFLOAT16``, ``SUPPORTED``,
+``SIXTEEN_BIT`` are module attributes made then): importing ml_dtypes takes most of a
+second, and an array can only be bfloat16 once its maker has imported it, so the checks
+(``is_bfloat16`` and the rest) never import it themselves.
 """
 from __future__ import annotations
 
-import ml_dtypes
+import sys
+
 import numpy as np
 
 FLOAT16 = np.dtype(np.float16)
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT32 = np.dtype(np.float32)
 FLOAT64 = np.dtype(np.float64)
-
-SUPPORTED = (FLOAT16, BFLOAT16, FLOAT32, FLOAT64)
-SIXTEEN_BIT = (FLOAT16, BFLOAT16)
 # Integer label maps: nearest grid sampling (forward) copies their values exactly.
 LABELS = (np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.int32))
+
+
+def __getattr__(name):
+    if name in ("BFLOAT16", "SUPPORTED", "SIXTEEN_BIT"):
+        import ml_dtypes
+        bfloat16 = np.dtype(ml_dtypes.bfloat16)
+        made = {"BFLOAT16": bfloat16, "SUPPORTED": (FLOAT16, bfloat16, FLOAT32, FLOAT64),
+                "SIXTEEN_BIT": (FLOAT16, bfloat16)}
+        globals().update(made)
+        return made[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def is_bfloat16(dtype: np.dtype) -> bool:
+    ml_dtypes = sys.modules.get("ml_dtypes")
+    return ml_dtypes is not None and dtype == ml_dtypes.bfloat16
+
+
+def is_sixteen_bit(dtype: np.dtype) -> bool:
+    return dtype == FLOAT16 or is_bfloat16(dtype)
+
+
+def is_supported(dtype: np.dtype) -> bool:
+    """A float dtype the operators take: float16, bfloat16, float32, float64."""
+    return dtype in (FLOAT32, FLOAT64) or is_sixteen_bit(dtype)
 
 
 def compute_dtype(volume_dtype, grid_dtype=None) -> np.dtype:
     """The precision a call computes in: the volume's, widened to float32, and to float64
     when a float64 grid accompanies a 16-bit volume."""
     volume_dtype = np.dtype(volume_dtype)
-    if volume_dtype in SIXTEEN_BIT:
+    if is_sixteen_bit(volume_dtype):
         if grid_dtype is not None and np.dtype(grid_dtype) == FLOAT64:
             return FLOAT64
         return FLOAT32

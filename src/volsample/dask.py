@@ -87,10 +87,10 @@ def warp(volume, displacement, mode="bilinear", padding_mode="border", align_cor
     _checks.padding_code(padding_mode)
     align_corners = _checks.boolean("align_corners", align_corners)
     volume = da.asarray(volume)
-    _check_dask_array("volume", volume, 5, _dtypes.SUPPORTED)
+    _check_dask_array("volume", volume, 5)
     _checks.nonempty_spatial("volume", volume.shape[2:])
     field = displacement if isinstance(displacement, da.Array) else np.asarray(displacement)
-    _check_dask_array("displacement", field, 5, _dtypes.SUPPORTED)
+    _check_dask_array("displacement", field, 5)
     if field.shape[-1] != 3 or field.shape[0] != volume.shape[0]:
         raise _checks.InvalidArgumentError(
             f"displacement: expected shape ({volume.shape[0]}, Do, Ho, Wo, 3) (N of volume, "
@@ -126,8 +126,8 @@ def warp(volume, displacement, mode="bilinear", padding_mode="border", align_cor
     return da.block(blocks.tolist())
 
 
-def _check_dask_array(name, value, ndim, dtypes):
-    if value.dtype not in dtypes:
+def _check_dask_array(name, value, ndim):
+    if not _dtypes.is_supported(value.dtype):
         raise _checks.UnsupportedDTypeError(
             f"{name}: expected dtype float16, bfloat16, float32 or float64, got {value.dtype}")
     if value.ndim != ndim:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._dtypes import BFLOAT16
+from .. import _dtypes
 from . import _kernels
 
 isa = _kernels.isa
@@ -26,4 +26,4 @@ def operand(arr: np.ndarray | None) -> np.ndarray | None:
         return None
     if any(s % arr.itemsize for s in arr.strides):
         arr = np.ascontiguousarray(arr)
-    return arr.view(np.uint16) if arr.dtype == BFLOAT16 else arr
+    return arr.view(np.uint16) if _dtypes.is_bfloat16(arr.dtype) else arr
