@@ -107,6 +107,7 @@ struct Footprint {
   V low[3], weight[6], slope[3];  // weight: x0 x1 y0 y1 z0 z1
   M corner[8];
 
+  Footprint() = default;
   Footprint(const RowCoords<T>& r, int64_t w, const Geometry& g, int padding, bool align_corners) {
     const int64_t sizes[3] = {g.W, g.H, g.D};
     const V zero(T(0)), one(T(1));
@@ -602,100 +603,115 @@ struct Backward {
     int64_t lo, hi;
   };
 
-  // Points [w, w + L) of a row: with SCATTER, their grad_output times each corner weight
-  // added into grad_input's corners (those on `planes`); with GATHER, their grid gradient
-  // stored.
+  // Points [w, w + L) of a row (n, d, h): with SCATTER, their grad_output times each corner
+  // weight is added into grad_input's corners (those on the task's planes), channel by
+  // channel; with GATHER, their grid gradient is summed over the channels and stored.
   template <bool SCATTER, bool GATHER>
-  void block(const RowCoords<T>& r, int64_t w, int64_t n, int64_t d, int64_t h, const S* go_row,
-             Planes planes) const {
-    const F f(r, w, g, a.padding, a.align_corners);
-    const M any = f.any();
-    if (!bits_of(any)) {  // nothing touched: the grid gradient is 0, as its caller left it
-      return;
-    }
-    const int64_t valid = std::min<int64_t>(L, g.Wo - w);
-    const int64_t* is = a.input.stride;
-    const int64_t go_c = a.grad_output.stride[1], go_w = a.grad_output.stride[4];
+  struct PointBlock {
+    static constexpr bool kGradient = GATHER && MODE != NEAREST;
+    const Backward* k;
+    int64_t w, n, d, h, valid;
+    bool touches;
+    F f;
     std::optional<CornerReader<MODE, V>> reader;
-    if (GATHER && MODE != NEAREST) reader.emplace(f, g, is);
-    const S* in_n = inp + n * is[0];
-    V cw[8];
-    if (MODE == NEAREST) cw[0] = V(T(1));
-    else f.corner_weights(cw);
-    // d(corner weight k)/d(ix, iy, iz): the other two axes' weights, signed by k's tap.
-    V dx[8], dy[8], dz[8];
-    if (GATHER && MODE != NEAREST) {
-      const V* wt = f.weight;
-      const V yz[4] = {wt[2] * wt[4], wt[3] * wt[4], wt[2] * wt[5], wt[3] * wt[5]};
-      const V xz[4] = {wt[0] * wt[4], wt[1] * wt[4], wt[0] * wt[5], wt[1] * wt[5]};
-      const V xy[4] = {wt[0] * wt[2], wt[1] * wt[2], wt[0] * wt[3], wt[1] * wt[3]};
-      for (int k = 0; k < 8; ++k) {
-        const V x = yz[k >> 1], y = xz[(k & 1) | (k >> 2) << 1], z = xy[k & 3];
-        dx[k] = (k & 1) ? x : -x;
-        dy[k] = (k >> 1 & 1) ? y : -y;
-        dz[k] = (k >> 2) ? z : -z;
-      }
-    }
-    // The scatter's corners per lane (bit k: corner k), clipped to the task's planes.
+    V cw[8], dx[8], dy[8], dz[8];  // d: d(corner weight)/d(ix, iy, iz)
+    V sx, sy, sz;
     alignas(64) Lane gi_lanes[L];
-    unsigned scatter[L] = {};
-    if (SCATTER) {
-      store_(gi_lanes, f.offset(a.grad_input.stride));
-      unsigned on[8];
-      for (int k = 0; k < kCorners; ++k) on[k] = bits_of(f.corner[k]);
-      alignas(64) Lane z_lanes[L];
-      if (planes.clip) store_(z_lanes, to_index(f.low[2]));
-      for (int64_t l = 0; l < valid; ++l) {
-        unsigned bits = 0;
-        for (int k = 0; k < kCorners; ++k) bits |= (on[k] >> l & 1) << k;
-        if (planes.clip) {
-          const int64_t plane = n * g.D + z_lanes[l];
-          if (plane < planes.lo || plane >= planes.hi) bits &= 0xf0u;
-          if (plane + 1 < planes.lo || plane + 1 >= planes.hi) bits &= 0x0fu;
+    unsigned scatter[L];  // per lane, bit k: scatter into corner k
+
+    // Made in place (the blocks are reused row after row, and are large to copy).
+    void prepare(const Backward& kernel, const RowCoords<T>& r, int64_t w_, int64_t n_,
+                 int64_t d_, int64_t h_, Planes planes) {
+      k = &kernel;
+      w = w_, n = n_, d = d_, h = h_;
+      valid = std::min<int64_t>(L, kernel.g.Wo - w);
+      f = F(r, w, kernel.g, kernel.a.padding, kernel.a.align_corners);
+      sx = sy = sz = V(T(0));
+      reader.reset();
+      const Geometry& g = kernel.g;
+      touches = bits_of(f.any()) != 0;
+      if (!touches) return;  // nothing to do: the grid gradient is 0, as its caller left it
+      if (kGradient) reader.emplace(f, g, kernel.a.input.stride);
+      if (MODE == NEAREST) cw[0] = V(T(1));
+      else f.corner_weights(cw);
+      if (kGradient) {  // the other two axes' weights, signed by corner k's tap
+        const V* wt = f.weight;
+        const V yz[4] = {wt[2] * wt[4], wt[3] * wt[4], wt[2] * wt[5], wt[3] * wt[5]};
+        const V xz[4] = {wt[0] * wt[4], wt[1] * wt[4], wt[0] * wt[5], wt[1] * wt[5]};
+        const V xy[4] = {wt[0] * wt[2], wt[1] * wt[2], wt[0] * wt[3], wt[1] * wt[3]};
+        for (int c = 0; c < 8; ++c) {
+          const V x = yz[c >> 1], y = xz[(c & 1) | (c >> 2) << 1], z = xy[c & 3];
+          dx[c] = (c & 1) ? x : -x;
+          dy[c] = (c >> 1 & 1) ? y : -y;
+          dz[c] = (c >> 2) ? z : -z;
         }
-        scatter[l] = bits;
+      }
+      if (SCATTER) {  // the corners per lane, clipped to the task's planes
+        store_(gi_lanes, f.offset(kernel.a.grad_input.stride));
+        unsigned on[8];
+        for (int c = 0; c < kCorners; ++c) on[c] = bits_of(f.corner[c]);
+        alignas(64) Lane z_lanes[L];
+        if (planes.clip) store_(z_lanes, to_index(f.low[2]));
+        for (int64_t l = 0; l < L; ++l) {
+          unsigned bits = 0;
+          for (int c = 0; c < kCorners; ++c) bits |= (on[c] >> l & 1) << c;
+          if (planes.clip) {
+            const int64_t plane = n * g.D + z_lanes[l];
+            if (plane < planes.lo || plane >= planes.hi) bits &= 0xf0u;
+            if (plane + 1 < planes.lo || plane + 1 >= planes.hi) bits &= 0x0fu;
+          }
+          scatter[l] = l < valid ? bits : 0u;
+        }
       }
     }
-    T* gi_n = SCATTER ? gin + n * a.grad_input.stride[0] : nullptr;
-    V sx(T(0)), sy(T(0)), sz(T(0));
-    for (int64_t c = 0; c < g.C; ++c) {
-      const V gv = load_lanes<V>(go_row + c * go_c + w * go_w, go_w, valid);
-      if (GATHER && MODE != NEAREST) {
+
+    // Channel c's share: its grid-gradient terms summed, its grad_input terms scattered.
+    void channel(int64_t c) {
+      if (!touches) return;
+      const GridSampleArgs& a = k->a;
+      const int64_t* gs = a.grad_output.stride;
+      const V gv = load_lanes<V>(k->gout_row(n, d, h) + c * gs[1] + w * gs[4], gs[4], valid);
+      if (kGradient) {
         V values[8];
-        reader->read(in_n + c * is[1], values);
-        for (int k = 0; k < 8; ++k) {
-          const V v = values[k] * gv;
-          sx = select(f.corner[k], sx + dx[k] * v, sx);
-          sy = select(f.corner[k], sy + dy[k] * v, sy);
-          sz = select(f.corner[k], sz + dz[k] * v, sz);
+        reader->read(k->inp + n * a.input.stride[0] + c * a.input.stride[1], values);
+        for (int i = 0; i < 8; ++i) {
+          const V v = values[i] * gv;
+          sx = select(f.corner[i], sx + dx[i] * v, sx);
+          sy = select(f.corner[i], sy + dy[i] * v, sy);
+          sz = select(f.corner[i], sz + dz[i] * v, sz);
         }
       }
       if (SCATTER) {
         alignas(64) T terms[8][L];
-        for (int k = 0; k < kCorners; ++k) store_(terms[k], gv * cw[k]);
-        T* gi_c = gi_n + c * a.grad_input.stride[1];
+        for (int i = 0; i < kCorners; ++i) store_(terms[i], gv * cw[i]);
+        T* gi_c = k->gin + n * a.grad_input.stride[0] + c * a.grad_input.stride[1];
+        int64_t to[8];  // a local copy: the compiler keeps it in registers
+        std::copy(k->gi_offsets, k->gi_offsets + 8, to);
         for (int64_t l = 0; l < valid; ++l) {
           const unsigned bits = scatter[l];
           if (!bits) continue;
           T* at = gi_c + gi_lanes[l];
           if (bits == (1u << kCorners) - 1) {  // inside: every corner, without branches
-            for (int k = 0; k < kCorners; ++k) at[gi_offsets[k]] += terms[k][l];
+            for (int i = 0; i < kCorners; ++i) at[to[i]] += terms[i][l];
           } else {
-            for (int k = 0; k < kCorners; ++k)
-              if (bits >> k & 1) at[gi_offsets[k]] += terms[k][l];
+            for (int i = 0; i < kCorners; ++i)
+              if (bits >> i & 1) at[to[i]] += terms[i][l];
           }
         }
       }
     }
-    if (GATHER) {  // nearest: exactly 0 (its slope may be NaN outside)
+
+    // The grid gradient stored (nearest: exactly 0; its slope may be NaN outside).
+    void finish() const {
+      if (!GATHER || !touches) return;
       const V zero(T(0));
-      const bool nearest = MODE == NEAREST;
+      const M any = f.any();
       alignas(64) T gx[L], gy[L], gz[L];
-      store_(gx, nearest ? zero : select(any, f.slope[0] * sx, zero));
-      store_(gy, nearest ? zero : select(any, f.slope[1] * sy, zero));
-      store_(gz, nearest ? zero : select(any, f.slope[2] * sz, zero));
-      const int64_t* s = a.grad_grid.stride;
-      G* p = ggrid + n * s[0] + d * s[1] + h * s[2] + w * s[3];
+      store_(gx, kGradient ? select(any, f.slope[0] * sx, zero) : zero);
+      store_(gy, kGradient ? select(any, f.slope[1] * sy, zero) : zero);
+      store_(gz, kGradient ? select(any, f.slope[2] * sz, zero) : zero);
+      const int64_t* s = k->a.grad_grid.stride;
+      G* p = k->ggrid + n * s[0] + d * s[1] + h * s[2] + w * s[3];
       auto interleave = [&](int64_t point, int64_t axis, int64_t count) {
         for (int64_t l = 0; l < count; ++l) {
           storage<G>::template store<T>(p + l * point, gx[l]);
@@ -706,11 +722,49 @@ struct Backward {
       if (s[3] == 3 && s[4] == 1 && valid == L) interleave(3, 1, L);  // constants: vectorised
       else interleave(s[3], s[4], valid);
     }
+  };
+
+  // Per-thread blocks of a row. With several channels the row's blocks are prepared
+  // together and then swept channel by channel, so that the reads and writes stay on a few
+  // rows of one channel at a time, which the caches keep; one channel takes a block at a time.
+  struct RowWork {
+    RowCoords<T> coords;
+    std::vector<PointBlock<true, true>> both;
+    std::vector<PointBlock<true, false>> scatter;
+    std::vector<PointBlock<false, true>> gradient;
+    RowWork(int64_t Wo, int64_t C) : coords(Wo) {
+      const size_t blocks = C > 1 ? size_t((Wo + L - 1) / L) : 0;
+      both.resize(blocks);
+      scatter.resize(blocks);
+      gradient.resize(blocks);
+    }
+  };
+
+  template <class Block>
+  void row(std::vector<Block>& blocks, const RowCoords<T>& r, int64_t n, int64_t d, int64_t h,
+           Planes planes) const {
+    if (g.C == 1) {  // a local block, which the compiler keeps in registers
+      Block block;
+      for (int64_t w = 0; w < g.Wo; w += L) {
+        block.prepare(*this, r, w, n, d, h, planes);
+        block.channel(0);
+        block.finish();
+      }
+      return;
+    }
+    const int64_t group = int64_t(blocks.size());
+    for (int64_t first = 0; first < g.Wo; first += group * L) {
+      const int64_t count = std::min<int64_t>(group, (g.Wo - first + L - 1) / L);
+      for (int64_t b = 0; b < count; ++b) blocks[b].prepare(*this, r, first + b * L, n, d, h, planes);
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t b = 0; b < count; ++b) blocks[b].channel(c);
+      for (int64_t b = 0; b < count; ++b) blocks[b].finish();
+    }
   }
 
   // Slab s: every point's share of grad_input on the slab's planes, in point order, and
   // (if need_grid) the grid gradient of the rows the slab owns.
-  void slab(const Plan& p, int64_t s, bool need_grid, RowCoords<T>& r) const {
+  void slab(const Plan& p, int64_t s, bool need_grid, RowWork& work) const {
     const int64_t slabs = p.n_slabs(), lo = p.slabs[s], hi = p.slabs[s + 1];
     for (int64_t row = 0; row < g.rows; ++row) {  // every point, in increasing order
       bool owner = true, straddles = false;
@@ -723,23 +777,19 @@ struct Backward {
         owner = s == std::min(std::max(row * slabs / g.rows, p.slab_of(first)), p.slab_of(last));
       }
       int64_t n, d, h;
-      load_row<G>(a.grid, row, g, r, n, d, h);
-      const S* go_row = gout_row(n, d, h);
+      load_row<G>(a.grid, row, g, work.coords, n, d, h);
       const Planes planes{straddles, lo, hi};
-      for (int64_t w = 0; w < g.Wo; w += L) {
-        if (need_grid && owner) block<true, true>(r, w, n, d, h, go_row, planes);
-        else block<true, false>(r, w, n, d, h, go_row, planes);
-      }
+      if (need_grid && owner) this->row(work.both, work.coords, n, d, h, planes);
+      else this->row(work.scatter, work.coords, n, d, h, planes);
     }
   }
 
   // The grid gradient of rows [begin, end).
-  void gradient_rows(int64_t begin, int64_t end, RowCoords<T>& r) const {
-    for (int64_t row = begin; row < end; ++row) {
+  void gradient_rows(int64_t begin, int64_t end, RowWork& work) const {
+    for (int64_t i = begin; i < end; ++i) {
       int64_t n, d, h;
-      load_row<G>(a.grid, row, g, r, n, d, h);
-      const S* go_row = gout_row(n, d, h);
-      for (int64_t w = 0; w < g.Wo; w += L) block<false, true>(r, w, n, d, h, go_row, {});
+      load_row<G>(a.grid, i, g, work.coords, n, d, h);
+      row(work.gradient, work.coords, n, d, h, {});
     }
   }
 
@@ -753,11 +803,11 @@ struct Backward {
     const bool slabs_do_grid = !a.grad_grid.empty() && chunks == 0;
 #pragma omp parallel num_threads(std::max<int>(1, std::min<int64_t>(a.threads, tasks)))
     {
-      RowCoords<T> r(g.Wo);
+      RowWork work(g.Wo, g.C);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < tasks; ++t) {
-        if (t < slabs) slab(p, t, slabs_do_grid, r);
-        if (t < chunks) gradient_rows(p.grad_rows[t], p.grad_rows[t + 1], r);
+        if (t < slabs) slab(p, t, slabs_do_grid, work);
+        if (t < chunks) gradient_rows(p.grad_rows[t], p.grad_rows[t + 1], work);
       }
     }
   }
