@@ -88,6 +88,35 @@ inline void emit(S* dst, int64_t n, bool streamed, F&& compute) {
   }
 }
 
+constexpr int ENTRIES = 4;  // map entries add_entries takes at a time
+
+// Up to ENTRIES map entries' share of a run of n values, in one pass over o: o = w[0] * v[0]
+// for a map row's first entry (`first`, else o = fma(w[0], v[0], o)), then
+// o = fma(w[e], v[e], o) for each entry after it (PyTorch's order of operations).
+template <int M, bool first, class C>
+inline void add_entries_of(C* o, const C* const* v, const C* w, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    C acc = first ? w[0] * v[0][j] : std::fma(w[0], v[0][j], o[j]);
+    for (int e = 1; e < M; ++e) acc = std::fma(w[e], v[e][j], acc);
+    o[j] = acc;
+  }
+}
+
+template <class C>
+inline void add_entries(C* o, const C* const* v, const C* w, int m, int64_t n, bool first) {
+  switch (m * 2 + first) {  // 1 <= m <= ENTRIES
+    case 2: return add_entries_of<1, false>(o, v, w, n);
+    case 3: return add_entries_of<1, true>(o, v, w, n);
+    case 4: return add_entries_of<2, false>(o, v, w, n);
+    case 5: return add_entries_of<2, true>(o, v, w, n);
+    case 6: return add_entries_of<3, false>(o, v, w, n);
+    case 7: return add_entries_of<3, true>(o, v, w, n);
+    case 8: return add_entries_of<4, false>(o, v, w, n);
+    default: return add_entries_of<4, true>(o, v, w, n);
+  }
+}
+
 // out[(x - x0) * (c1 - c0) + i - c0] = sum_k weight[k, x] * row[index[k, x] * inner + i]
 // for x in [x0, x1), i in [c0, c1): the W map on whole channel vectors, the first tap a
 // product and later ones fused in (two taps: fma(l0, v0, l1 * v1)).
@@ -120,26 +149,17 @@ void gather_w(C* out, const C* row, const Taps<C>& t, int64_t inner, int64_t x0,
     return;
   }
   const int64_t len = c1 - c0;
-  for (int64_t x = x0; x < x1; ++x) {
-    C* o = out + (x - x0) * len;
-    const C* v = row + index[x] * inner + c0;
-    const C w = weight[x];
-    if (t.K == 2) {
-      const C* v_second = row + index[n + x] * inner + c0;
-      const C w_second = weight[n + x];
-#pragma omp simd
-      for (int64_t i = 0; i < len; ++i) o[i] = std::fma(w_second, v_second[i], w * v[i]);
-      continue;
+  for (int64_t x = x0; x < x1; ++x)
+    for (int64_t k = 0; k < t.K; k += ENTRIES) {
+      const int m = int(std::min<int64_t>(ENTRIES, t.K - k));
+      const C* v[ENTRIES];
+      C w[ENTRIES];
+      for (int e = 0; e < m; ++e) {
+        v[e] = row + index[(k + e) * n + x] * inner + c0;
+        w[e] = weight[(k + e) * n + x];
+      }
+      add_entries(out + (x - x0) * len, v, w, m, len, k == 0);
     }
-#pragma omp simd
-    for (int64_t i = 0; i < len; ++i) o[i] = w * v[i];
-    for (int64_t k = 1; k < t.K; ++k) {
-      const C* vk = row + index[k * n + x] * inner + c0;
-      const C wk = weight[k * n + x];
-#pragma omp simd
-      for (int64_t i = 0; i < len; ++i) o[i] = std::fma(wk, vk[i], o[i]);
-    }
-  }
 }
 
 // The W map of one row into contiguous dst memory (rounded once where S is 16-bit).
@@ -167,35 +187,6 @@ void gather_w_into(S* out, const C* row, const Taps<C>& t, int64_t inner) {
       }
   }
 }
-
-// Up to four map entries' share of a run of n values, in one pass over o: o = w[0] * v[0]
-// for a map row's first entry (`first`, else o = fma(w[0], v[0], o)), then
-// o = fma(w[e], v[e], o) for each entry after it (PyTorch's order of operations).
-template <int M, bool first, class C>
-inline void add_entries_of(C* o, const C* const* v, const C* w, int64_t n) {
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) {
-    C acc = first ? w[0] * v[0][j] : std::fma(w[0], v[0][j], o[j]);
-    for (int e = 1; e < M; ++e) acc = std::fma(w[e], v[e][j], acc);
-    o[j] = acc;
-  }
-}
-
-template <class C>
-inline void add_entries(C* o, const C* const* v, const C* w, int m, int64_t n, bool first) {
-  switch (m * 2 + first) {
-    case 2: return add_entries_of<1, false>(o, v, w, n);
-    case 3: return add_entries_of<1, true>(o, v, w, n);
-    case 4: return add_entries_of<2, false>(o, v, w, n);
-    case 5: return add_entries_of<2, true>(o, v, w, n);
-    case 6: return add_entries_of<3, false>(o, v, w, n);
-    case 7: return add_entries_of<3, true>(o, v, w, n);
-    case 8: return add_entries_of<4, false>(o, v, w, n);
-    default: return add_entries_of<4, true>(o, v, w, n);
-  }
-}
-
-constexpr int ENTRIES = 4;  // map entries add_entries takes at a time
 
 // out row r - r0 (row_len contiguous values) = sum over map row r's entries of
 // weight * in row (index - in_first), for r in [r0, r1), in the entries' order (first a
