@@ -3,12 +3,14 @@
 // Both directions apply one 1-D map per axis (upsample_plan.h) in one parallel sweep
 // over the destination planes:
 //
-// - forward: dst = D(H(W(src))). Each source plane a dst plane needs is mapped along W
-//   and then H into one of two slots (a dst plane reads source planes i1 and i0, equal or
-//   adjacent, so the slot is the plane's parity) once per work item, and the slots are
+// - forward: dst = D(H(W(src))), a band of dst rows at a time (upsample_plan.h says
+//   why). Each source plane a dst plane needs is mapped along W and then H, over the
+//   band's rows, into one of two slots (a dst plane reads source planes i1 and i0, equal
+//   or adjacent, so the slot is the plane's parity) once per work item, and the slots are
 //   combined along D. W runs on the smallest data, and each voxel is PyTorch's nested
 //   evaluation fma(lz0, .., lz1 * ..) over fma(ly0, .., ..) over fma(lx0, v0, lx1 * v1),
-//   operation for operation (explicit fma; the build never contracts on its own).
+//   operation for operation (explicit fma; the build never contracts on its own). A
+//   large result is written with non-temporal stores (the same bits).
 // - backward: dst = W(H(D(src))) with the transposed maps: for each dst plane, the source
 //   planes of its D row are combined into scratch, mapped along H, and gathered along W
 //   (the costly gather on the smallest data) straight into dst.
@@ -17,9 +19,10 @@
 // rounded once when stored. The inner loops run over contiguous rows or channel vectors
 // with the same operations in every lane, so every ISA gives the scalar path's bits.
 //
-// Determinism: a work item owns whole dst planes and writes only them and its thread's
-// scratch; each dst value is a sum over map entries in a fixed order. No atomics, and
-// the bits depend neither on the thread count nor on which thread runs which item.
+// Determinism: a work item owns a band of rows of whole dst planes and writes only them
+// and its thread's scratch; each dst value is a sum over map entries in a fixed order,
+// whatever the band (a band only limits which rows are computed). No atomics, and the
+// bits depend neither on the thread count nor on which thread runs which item.
 #include <omp.h>
 
 #include <cmath>
@@ -360,7 +363,8 @@ void backward_pass(const UpsampleArgs& a) {
             }
           }
         }
-        if (Hs != Hd) combine_rows(mapped, mapped_d, row_len, ps.t.h, r0, r1, lo);  // zero voxels stay zero
+        // Zero voxels stay zero.
+        if (Hs != Hd) combine_rows(mapped, mapped_d, row_len, ps.t.h, r0, r1, lo);
         S* out = d_base + p * ps.ds[2];
         for (int64_t h = r0; h < r1; ++h)
           gather_w_into(out + h * Wd * inner, mapped + (h - r0) * row_len, ps.t.w, inner);

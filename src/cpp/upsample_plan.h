@@ -135,9 +135,9 @@ struct UpsampleGeometry {
     const int64_t C = dst[1], planes = dst[2], Hd = dst[3], row = dst[4];
     inner = channels_last ? C : 1;
     groups = dst[0] * (channels_last ? 1 : C);
-    constexpr int64_t band_elements = 16 << 10;  // 64 KB of float32 per slot
-    band_rows = transposed ? Hd
-                           : std::min(Hd, std::max<int64_t>(1, band_elements / std::max<int64_t>(1, row * inner)));
+    constexpr int64_t band_elements = 32 << 10;  // 128 KB of float32 per slot
+    const int64_t fit = band_elements / std::max<int64_t>(1, row * inner);
+    band_rows = transposed ? Hd : std::min(Hd, std::max<int64_t>(1, fit));
     n_bands = Hd > 0 ? (Hd + band_rows - 1) / band_rows : 0;
     // The largest chunks that still give every thread a few items (items differ in
     // cost, and cores may be shared).
