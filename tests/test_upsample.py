@@ -176,6 +176,28 @@ def test_forward_bitwise_like_torch_float32():
         assert_bitwise_equal(f"align_corners={align_corners}", y, expected)
 
 
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
+                    reason="PyTorch fuses its multiply-adds only in its AVX2 / AVX-512 kernels")
+def test_forward_in_bands_bitwise_like_torch(monkeypatch):
+    # 600 channels last: a dst row holds 19200 values, so the C++ forward works in bands
+    # of one dst row (each with its own halo of source rows), and its 8.6 MB result is
+    # written past the caches. Neither may change a bit: PyTorch's (from NCDHW, as above),
+    # for any thread count.
+    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 600, 4, 7, 16)).astype(np.float32)
+    expected = torch_forward(x, (8, 14, 32), False, (None,) * 3)
+    threads = volsample.get_num_threads()
+    try:
+        for n in sorted({1, 2, threads}):
+            volsample.set_num_threads(n)
+            y = volsample.upsample_trilinear_3d(to_layout(x, "NDHWC"), size=(8, 14, 32),
+                                                layout="NDHWC")
+            assert_bitwise_equal(f"{n} threads", from_layout(y, "NDHWC"), expected)
+    finally:
+        volsample.set_num_threads(threads)
+
+
 def test_scale_factor_matches_interpolate():
     # F.interpolate's default recompute_scale_factor=False: the size is floor(in * scale) and
     # the scale itself maps coordinates.

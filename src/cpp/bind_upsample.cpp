@@ -82,7 +82,7 @@ void bind_upsample(nb::module_& m) {
         unpack(src_shape, src);
         unpack(dst_shape, dst);
         const double s[3] = {std::get<0>(scales), std::get<1>(scales), std::get<2>(scales)};
-        const UpsampleGeometry g(src, dst, channels_last, threads);
+        const UpsampleGeometry g(src, dst, channels_last, threads, transposed);
         return double_precision ? upsample_workspace_nbytes<double>(g, align_corners, s, transposed)
                                 : upsample_workspace_nbytes<float>(g, align_corners, s, transposed);
       },

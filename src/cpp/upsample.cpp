@@ -3,12 +3,14 @@
 // Both directions apply one 1-D map per axis (upsample_plan.h) in one parallel sweep
 // over the destination planes:
 //
-// - forward: dst = D(H(W(src))). Each source plane a dst plane needs is mapped along W
-//   and then H into one of two slots (a dst plane reads source planes i1 and i0, equal or
-//   adjacent, so the slot is the plane's parity) once per work item, and the slots are
+// - forward: dst = D(H(W(src))), a band of dst rows at a time (upsample_plan.h says
+//   why). Each source plane a dst plane needs is mapped along W and then H, over the
+//   band's rows, into one of two slots (a dst plane reads source planes i1 and i0, equal
+//   or adjacent, so the slot is the plane's parity) once per work item, and the slots are
 //   combined along D. W runs on the smallest data, and each voxel is PyTorch's nested
 //   evaluation fma(lz0, .., lz1 * ..) over fma(ly0, .., ..) over fma(lx0, v0, lx1 * v1),
-//   operation for operation (explicit fma; the build never contracts on its own).
+//   operation for operation (explicit fma; the build never contracts on its own). A
+//   large result is written with non-temporal stores (the same bits).
 // - backward: dst = W(H(D(src))) with the transposed maps: for each dst plane, the source
 //   planes of its D row are combined into scratch, mapped along H, and gathered along W
 //   (the costly gather on the smallest data) straight into dst.
@@ -17,9 +19,10 @@
 // rounded once when stored. The inner loops run over contiguous rows or channel vectors
 // with the same operations in every lane, so every ISA gives the scalar path's bits.
 //
-// Determinism: a work item owns whole dst planes and writes only them and its thread's
-// scratch; each dst value is a sum over map entries in a fixed order. No atomics, and
-// the bits depend neither on the thread count nor on which thread runs which item.
+// Determinism: a work item owns a band of rows of whole dst planes and writes only them
+// and its thread's scratch; each dst value is a sum over map entries in a fixed order,
+// whatever the band (a band only limits which rows are computed). No atomics, and the
+// bits depend neither on the thread count nor on which thread runs which item.
 #include <omp.h>
 
 #include <cmath>
@@ -69,19 +72,54 @@ struct RowReader {
 };
 
 // n values into contiguous dst memory: compute(out, j0, m) writes flat values
-// [j0, j0 + m) to out; straight into dst where it has the compute type, else a tile at a
-// time, rounded once.
+// [j0, j0 + m) to out; straight into dst where it has the compute type and is not
+// `streamed`, else a tile at a time, rounded once or streamed past the caches.
 template <class S, class C, class F>
-inline void emit(S* dst, int64_t n, F&& compute) {
+inline void emit(S* dst, int64_t n, bool streamed, F&& compute) {
   if constexpr (std::is_same_v<S, C>) {
-    compute(dst, int64_t(0), n);
-  } else {
-    C tile[TILE];
-    for (int64_t j0 = 0; j0 < n; j0 += TILE) {
-      const int64_t m = n - j0 < TILE ? n - j0 : TILE;
-      compute(tile, j0, m);
-      store_run(dst + j0, tile, m);
+    if (!streamed) {
+      compute(dst, int64_t(0), n);
+      return;
     }
+  }
+  C tile[TILE];
+  for (int64_t j0 = 0; j0 < n; j0 += TILE) {
+    const int64_t m = n - j0 < TILE ? n - j0 : TILE;
+    compute(tile, j0, m);
+    if constexpr (std::is_same_v<S, C>) stream_run(dst + j0, tile, m);
+    else store_run(dst + j0, tile, m);
+  }
+}
+
+constexpr int ENTRIES = 4;  // map entries add_entries takes at a time
+
+// Up to ENTRIES map entries' share of a run of n values, in one pass over o: o = w[0] * v[0]
+// for a map row's first entry (`first`, else o = fma(w[0], v[0], o)), then
+// o = fma(w[e], v[e], o) for each entry after it (PyTorch's order of operations).
+template <int M, bool first, class C>
+inline void add_entries_of(C* o, const C* const* v_in, const C* w_in, int64_t n) {
+  const C* v[M];
+  C w[M];  // local copies: stores to o cannot move them, so they stay in registers
+  for (int e = 0; e < M; ++e) v[e] = v_in[e], w[e] = w_in[e];
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    C acc = first ? w[0] * v[0][j] : std::fma(w[0], v[0][j], o[j]);
+    for (int e = 1; e < M; ++e) acc = std::fma(w[e], v[e][j], acc);
+    o[j] = acc;
+  }
+}
+
+template <class C>
+inline void add_entries(C* o, const C* const* v, const C* w, int m, int64_t n, bool first) {
+  switch (m * 2 + first) {  // 1 <= m <= ENTRIES
+    case 2: return add_entries_of<1, false>(o, v, w, n);
+    case 3: return add_entries_of<1, true>(o, v, w, n);
+    case 4: return add_entries_of<2, false>(o, v, w, n);
+    case 5: return add_entries_of<2, true>(o, v, w, n);
+    case 6: return add_entries_of<3, false>(o, v, w, n);
+    case 7: return add_entries_of<3, true>(o, v, w, n);
+    case 8: return add_entries_of<4, false>(o, v, w, n);
+    default: return add_entries_of<4, true>(o, v, w, n);
   }
 }
 
@@ -117,26 +155,17 @@ void gather_w(C* out, const C* row, const Taps<C>& t, int64_t inner, int64_t x0,
     return;
   }
   const int64_t len = c1 - c0;
-  for (int64_t x = x0; x < x1; ++x) {
-    C* o = out + (x - x0) * len;
-    const C* v = row + index[x] * inner + c0;
-    const C w = weight[x];
-    if (t.K == 2) {
-      const C* v_second = row + index[n + x] * inner + c0;
-      const C w_second = weight[n + x];
-#pragma omp simd
-      for (int64_t i = 0; i < len; ++i) o[i] = std::fma(w_second, v_second[i], w * v[i]);
-      continue;
+  for (int64_t x = x0; x < x1; ++x)
+    for (int64_t k = 0; k < t.K; k += ENTRIES) {
+      const int m = int(std::min<int64_t>(ENTRIES, t.K - k));
+      const C* v[ENTRIES];
+      C w[ENTRIES];
+      for (int e = 0; e < m; ++e) {
+        v[e] = row + index[(k + e) * n + x] * inner + c0;
+        w[e] = weight[(k + e) * n + x];
+      }
+      add_entries(out + (x - x0) * len, v, w, m, len, k == 0);
     }
-#pragma omp simd
-    for (int64_t i = 0; i < len; ++i) o[i] = w * v[i];
-    for (int64_t k = 1; k < t.K; ++k) {
-      const C* vk = row + index[k * n + x] * inner + c0;
-      const C wk = weight[k * n + x];
-#pragma omp simd
-      for (int64_t i = 0; i < len; ++i) o[i] = std::fma(wk, vk[i], o[i]);
-    }
-  }
 }
 
 // The W map of one row into contiguous dst memory (rounded once where S is 16-bit).
@@ -165,41 +194,28 @@ void gather_w_into(S* out, const C* row, const Taps<C>& t, int64_t inner) {
   }
 }
 
-// One map entry's share of a run of n values: o = w * v for a map row's first entry, then
-// o = fma(w, v, o) for each entry after it (PyTorch's order of operations).
+// out row r - r0 (row_len contiguous values) = sum over map row r's entries of
+// weight * in row (index - in_first), for r in [r0, r1), in the entries' order (first a
+// product, then fused); a row without entries is zero. The H map, on whole rows.
 template <class C>
-inline void add_entry(C* o, const C* v, C w, int64_t n, bool first) {
-  if (first) {
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) o[j] = w * v[j];
-  } else {
-#pragma omp simd
-    for (int64_t j = 0; j < n; ++j) o[j] = std::fma(w, v[j], o[j]);
-  }
-}
-
-// out row r (row_len contiguous values) = sum over map row r's entries of
-// weight * in row index, in the entries' order (first a product, then fused); a row
-// without entries is zero. The H map, on whole rows.
-template <class C>
-void combine_rows(C* out, const C* in, int64_t row_len, const AxisMap<C>& map) {
-  for (int64_t r = 0; r < map.rows(); ++r) {
-    C* o = out + r * row_len;
+void combine_rows(C* out, const C* in, int64_t row_len, const AxisMap<C>& map, int64_t r0,
+                  int64_t r1, int64_t in_first) {
+  for (int64_t r = r0; r < r1; ++r) {
+    C* o = out + (r - r0) * row_len;
     const int64_t first = map.starts[r], stop = map.starts[r + 1];
     if (first == stop) {
       for (int64_t j = 0; j < row_len; ++j) o[j] = C(0);
       continue;
     }
-    if (stop - first == 2) {
-      const C* v1 = in + map.index[first] * row_len;
-      const C* v0 = in + map.index[first + 1] * row_len;
-      const C w1 = map.weight[first], w0 = map.weight[first + 1];
-#pragma omp simd
-      for (int64_t j = 0; j < row_len; ++j) o[j] = std::fma(w0, v0[j], w1 * v1[j]);
-      continue;
+    for (int64_t k = first; k < stop; k += ENTRIES) {
+      const int m = int(std::min<int64_t>(ENTRIES, stop - k));
+      const C* v[ENTRIES];
+      for (int e = 0; e < m; ++e) v[e] = in + (map.index[k + e] - in_first) * row_len;
+      if (m == 2 && k == first)  // the upsampling row, often short: no dispatch
+        add_entries_of<2, true>(o, v, &map.weight[k], row_len);
+      else
+        add_entries(o, v, &map.weight[k], m, row_len, k == first);
     }
-    for (int64_t k = first; k < stop; ++k)
-      add_entry(o, in + map.index[k] * row_len, map.weight[k], row_len, k == first);
   }
 }
 
@@ -216,11 +232,11 @@ struct Pass {
   std::unique_ptr<C[]> scratch;
 
   Pass(const UpsampleArgs& a, bool transposed)
-      : g(a.src.shape, a.dst.shape, a.channels_last, a.threads),
+      : g(a.src.shape, a.dst.shape, a.channels_last, a.threads, transposed),
         t(g, a.align_corners, a.scales, transposed),
         src(a.src.ptr<S>()),
         dst(a.dst.ptr<S>()),
-        per_thread(upsample_scratch_elements(g, transposed)) {
+        per_thread(upsample_scratch_elements(g, t, transposed)) {
     for (int k = 0; k < 5; ++k) ss[k] = a.src.stride[k], ds[k] = a.dst.stride[k];
     // dst planes are dense runs: H, W (and channels last, C) contiguous in that order.
     const int64_t C_ = g.dst[1], H = g.dst[3], W = g.dst[4];
@@ -233,16 +249,20 @@ struct Pass {
     scratch.reset(new C[g.threads * per_thread]());
   }
 
-  // Item -> (source base, dst base, first and end plane).
-  void item(int64_t it, const S*& s_base, S*& d_base, int64_t& p0, int64_t& p1) const {
+  // Item -> (source base, dst base, first and end plane, first and end row).
+  void item(int64_t it, const S*& s_base, S*& d_base, int64_t& p0, int64_t& p1, int64_t& r0,
+            int64_t& r1) const {
     const int64_t per_n = g.groups / g.dst[0];  // channel groups per batch
-    const int64_t q = it % g.n_chunks, ng = it / g.n_chunks;
+    const int64_t b = it % g.n_bands, q = it / g.n_bands % g.n_chunks;
+    const int64_t ng = it / g.n_bands / g.n_chunks;
     const int64_t n = ng / per_n, c = ng % per_n;
     const int64_t c_src = per_n == 1 ? 0 : c * ss[1], c_dst = per_n == 1 ? 0 : c * ds[1];
     s_base = src + n * ss[0] + c_src;
     d_base = dst + n * ds[0] + c_dst;
     p0 = q * g.chunk;
     p1 = p0 + g.chunk < g.dst[2] ? p0 + g.chunk : g.dst[2];
+    r0 = b * g.band_rows;
+    r1 = r0 + g.band_rows < g.dst[3] ? r0 + g.band_rows : g.dst[3];
   }
   C* thread_scratch() const { return scratch.get() + int64_t(omp_get_thread_num()) * per_thread; }
 };
@@ -253,22 +273,31 @@ void forward_pass(const UpsampleArgs& a) {
   const UpsampleGeometry& g = ps.g;
   if (g.items == 0) return;
   const int64_t Hs = g.src[3], Ws = g.src[4], Hd = g.dst[3], Wd = g.dst[4];
-  const int64_t inner = g.inner, row_len = Wd * inner, plane = Hd * row_len;
+  const int64_t inner = g.inner, row_len = Wd * inner, band = g.band_rows;
   const RowReader<S, C> reader(inner, ps.ss[4], ps.ss[1]);
   const AxisMap<C>& dmap = ps.t.d;
+  // A large result goes past the caches (it would not stay in them anyway) where the
+  // slots are large too: then write-allocations would evict them (measured: 1.5x faster
+  // at C = 32 channels last; no gain with NCDHW's small slots).
+  const int64_t result_bytes = g.dst[0] * g.dst[1] * g.dst[2] * Hd * Wd * int64_t(sizeof(S));
+  const bool streamed =
+      result_bytes >= (8 << 20) && 2 * band * row_len * int64_t(sizeof(C)) >= (128 << 10);
 #pragma omp parallel num_threads(int(g.threads))
   {
     C* stage = ps.thread_scratch();
     C* mapped_w = stage + Ws * inner;
     C* slots[2];
-    slots[0] = mapped_w + (Hs != Hd ? Hs * row_len : 0);
-    slots[1] = slots[0] + plane;
+    slots[0] = mapped_w + (Hs != Hd ? ps.t.band_span * row_len : 0);
+    slots[1] = slots[0] + band * row_len;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < g.items; ++it) {
       const S* s_base;
       S* d_base;
-      int64_t p0, p1;
-      ps.item(it, s_base, d_base, p0, p1);
+      int64_t p0, p1, r0, r1;
+      ps.item(it, s_base, d_base, p0, p1, r0, r1);
+      const int64_t n = (r1 - r0) * row_len;  // a band of dst rows, through the item's planes
+      int64_t lo = r0, hi = r1;                // the source rows the band reads
+      if (Hs != Hd) source_span(ps.t.h, r0, r1, lo, hi);
       int64_t held[2] = {-1, -1};  // the source plane in each slot
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t first = dmap.starts[p], stop = dmap.starts[p + 1];
@@ -277,29 +306,22 @@ void forward_pass(const UpsampleArgs& a) {
           if (held[s % 2] == s) continue;
           const S* sp = s_base + s * ps.ss[2];
           C* mapped = Hs == Hd ? slots[s % 2] : mapped_w;  // H keeps its size: W into the slot
-          for (int64_t h = 0; h < Hs; ++h)
-            gather_w(mapped + h * row_len, reader.read(sp + h * ps.ss[3], 0, Ws * inner, stage),
-                     ps.t.w, inner, 0, Wd, 0, inner);
-          if (Hs != Hd) combine_rows(slots[s % 2], mapped_w, row_len, ps.t.h);
+          for (int64_t h = lo; h < hi; ++h)
+            gather_w(mapped + (h - lo) * row_len,
+                     reader.read(sp + h * ps.ss[3], 0, Ws * inner, stage), ps.t.w, inner, 0,
+                     Wd, 0, inner);
+          if (Hs != Hd) combine_rows(slots[s % 2], mapped_w, row_len, ps.t.h, r0, r1, lo);
           held[s % 2] = s;
         }
-        const C* v1 = slots[dmap.index[first] % 2];
-        const C w1 = dmap.weight[first];
-        S* out = d_base + p * ps.ds[2];
-        if (stop - first == 1) {  // D keeps its size
-          emit<S, C>(out, plane, [&](C* o, int64_t j0, int64_t m) {
-#pragma omp simd
-            for (int64_t j = 0; j < m; ++j) o[j] = w1 * v1[j0 + j];
-          });
-        } else {
-          const C* v0 = slots[dmap.index[first + 1] % 2];
-          const C w0 = dmap.weight[first + 1];
-          emit<S, C>(out, plane, [&](C* o, int64_t j0, int64_t m) {
-#pragma omp simd
-            for (int64_t j = 0; j < m; ++j) o[j] = std::fma(w0, v0[j0 + j], w1 * v1[j0 + j]);
-          });
-        }
+        const C* v[2] = {slots[dmap.index[first] % 2], slots[dmap.index[stop - 1] % 2]};
+        const int m = int(stop - first);  // 1 where D keeps its size
+        emit<S, C>(d_base + p * ps.ds[2] + r0 * row_len, n, streamed,
+                   [&](C* o, int64_t j0, int64_t count) {
+                     const C* at[2] = {v[0] + j0, v[1] + j0};
+                     add_entries(o, at, &dmap.weight[first], m, count, true);
+                   });
       }
+      if (streamed) stream_fence();
     }
   }
 }
@@ -318,35 +340,42 @@ void backward_pass(const UpsampleArgs& a) {
 #pragma omp parallel num_threads(int(g.threads))
   {
     C* mapped_d = ps.thread_scratch();
-    C* mapped = Hs == Hd ? mapped_d : mapped_d + Hs * row_len;
-    C tile[TILE];
+    C* mapped = Hs == Hd ? mapped_d : mapped_d + ps.t.band_span * row_len;
+    C tiles[ENTRIES][TILE];
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < g.items; ++it) {
       const S* s_base;
       S* d_base;
-      int64_t p0, p1;
-      ps.item(it, s_base, d_base, p0, p1);
+      int64_t p0, p1, r0, r1;
+      ps.item(it, s_base, d_base, p0, p1, r0, r1);
+      int64_t lo = r0, hi = r1;  // the source rows the band reads
+      if (Hs != Hd) source_span(ps.t.h, r0, r1, lo, hi);
       for (int64_t p = p0; p < p1; ++p) {
         // Along D: the source planes of row p, a tile of each row at a time.
         const int64_t first = dmap.starts[p], stop = dmap.starts[p + 1];
-        for (int64_t h = 0; h < Hs; ++h) {
-          C* o = mapped_d + h * row_len;
+        for (int64_t h = lo; h < hi; ++h) {
+          C* o = mapped_d + (h - lo) * row_len;
           if (first == stop) {
             for (int64_t j = 0; j < run; ++j) o[j] = C(0);
             continue;
           }
           for (int64_t j0 = 0; j0 < run; j0 += TILE) {
-            const int64_t m = run - j0 < TILE ? run - j0 : TILE;
-            for (int64_t k = first; k < stop; ++k) {
-              const C* v = reader.read(s_base + dmap.index[k] * ps.ss[2] + h * ps.ss[3], j0, m, tile);
-              add_entry(o + j0, v, dmap.weight[k], m, k == first);
+            const int64_t n = run - j0 < TILE ? run - j0 : TILE;
+            for (int64_t k = first; k < stop; k += ENTRIES) {
+              const int m = int(std::min<int64_t>(ENTRIES, stop - k));
+              const C* v[ENTRIES];
+              for (int e = 0; e < m; ++e)
+                v[e] = reader.read(s_base + dmap.index[k + e] * ps.ss[2] + h * ps.ss[3], j0, n,
+                                   tiles[e]);
+              add_entries(o + j0, v, &dmap.weight[k], m, n, k == first);
             }
           }
         }
-        if (Hs != Hd) combine_rows(mapped, mapped_d, row_len, ps.t.h);  // zero voxels stay zero
+        // Zero voxels stay zero.
+        if (Hs != Hd) combine_rows(mapped, mapped_d, row_len, ps.t.h, r0, r1, lo);
         S* out = d_base + p * ps.ds[2];
-        for (int64_t h = 0; h < Hd; ++h)
-          gather_w_into(out + h * Wd * inner, mapped + h * row_len, ps.t.w, inner);
+        for (int64_t h = r0; h < r1; ++h)
+          gather_w_into(out + h * Wd * inner, mapped + (h - r0) * row_len, ps.t.w, inner);
       }
     }
   }

@@ -112,42 +112,54 @@ Taps<T> dense_taps(const AxisMap<T>& m, int64_t pad) {
 
 // Shapes of one pass src -> dst, both logical (N, C, D, H, W), and how it is cut into
 // work items: a batch, a channel (all channels, channels last: a voxel is then a vector
-// of `inner` channels) and a chunk of dst planes. Items own disjoint dst planes.
+// of `inner` channels), a chunk of dst planes and a band of dst rows. Items own disjoint
+// parts of dst.
+//
+// The forward cuts dst planes into bands of H rows, so that a band's two plane slots, and
+// the source rows it maps along W, stay in L2 while every dst plane of the item reads
+// them (whole planes at C = 32 channels last, 1 MB, would not). Bands, not plane chunks,
+// then share the work out: a band recomputes only a halo row or two of the W map, a chunk
+// whole source planes. The backward keeps whole planes (band_rows = Hd): its scratch is
+// source sized, and bands measured no faster (their halo rows of the large grad_output
+// are read twice).
 struct UpsampleGeometry {
   int64_t src[5], dst[5];
-  int64_t inner, groups, chunk, n_chunks, items, threads;
+  int64_t inner, groups, band_rows, n_bands, chunk, n_chunks, items, threads;
 
   UpsampleGeometry(const int64_t* src_shape, const int64_t* dst_shape, bool channels_last,
-                   int threads_wanted) {
+                   int threads_wanted, bool transposed) {
     for (int k = 0; k < 5; ++k) {
       src[k] = src_shape[k];
       dst[k] = dst_shape[k];
     }
-    const int64_t C = dst[1], planes = dst[2];
+    const int64_t C = dst[1], planes = dst[2], Hd = dst[3], row = dst[4];
     inner = channels_last ? C : 1;
     groups = dst[0] * (channels_last ? 1 : C);
+    constexpr int64_t band_elements = 32 << 10;  // 128 KB of float32 per slot
+    const int64_t fit = band_elements / std::max<int64_t>(1, row * inner);
+    band_rows = transposed ? Hd : std::min(Hd, std::max<int64_t>(1, fit));
+    n_bands = Hd > 0 ? (Hd + band_rows - 1) / band_rows : 0;
     // The largest chunks that still give every thread a few items (items differ in
     // cost, and cores may be shared).
     constexpr int64_t items_per_thread = 4;
     const int64_t t = std::max<int64_t>(1, threads_wanted);
-    const int64_t wanted = groups > 0 ? (items_per_thread * t + groups - 1) / groups : 1;
+    const int64_t across = groups * n_bands;
+    const int64_t wanted = across > 0 ? (items_per_thread * t + across - 1) / across : 1;
     const int64_t chunks = std::max<int64_t>(1, std::min(planes, wanted));
     chunk = planes > 0 ? (planes + chunks - 1) / chunks : 1;
     n_chunks = planes > 0 ? (planes + chunk - 1) / chunk : 0;
-    items = groups * n_chunks;
+    items = groups * n_chunks * n_bands;
     threads = std::max<int64_t>(1, std::min(t, items));
   }
 };
 
-// Scratch elements (of the compute type) one running thread holds.
-//  forward:  a staged source row (Ws channel vectors), a source plane mapped along W
-//            (unless H keeps its size) and two slots of planes mapped along H too;
-//  backward: a plane combined along D and one mapped along H too (unless H keeps its
-//            size), each row ending in a zero voxel that the padded W taps read.
-inline int64_t upsample_scratch_elements(const UpsampleGeometry& g, bool transposed) {
-  const int64_t Hs = g.src[3], Ws = g.src[4], Hd = g.dst[3], Wd = g.dst[4];
-  if (transposed) return (Hs + (Hs != Hd ? Hd : 0)) * (Ws + 1) * g.inner;
-  return (Ws + (Hs != Hd ? Hs * Wd : 0) + 2 * Hd * Wd) * g.inner;
+// The source rows [lo, hi) that map rows [r0, r1) read (lo == hi where they read none).
+template <class T>
+inline void source_span(const AxisMap<T>& m, int64_t r0, int64_t r1, int64_t& lo, int64_t& hi) {
+  lo = INT64_MAX, hi = INT64_MIN;
+  for (int64_t k = m.starts[r0]; k < m.starts[r1]; ++k)
+    lo = std::min(lo, m.index[k]), hi = std::max(hi, m.index[k] + 1);
+  if (lo >= hi) lo = hi = 0;
 }
 
 // The maps one pass applies: W as dense taps, H and D in CSR form.
@@ -155,6 +167,7 @@ template <class T>
 struct UpsampleTables {
   Taps<T> w;
   AxisMap<T> h, d;
+  int64_t band_span;  // the most source rows one band of dst rows reads along H
 
   // src/dst as in UpsampleGeometry; `forward_in` / `forward_out` are the forward's sizes
   // (dst/src of the backward). scales are the forward's (D, H, W).
@@ -167,9 +180,29 @@ struct UpsampleTables {
                    transposed ? g.src[4] : 0);
     h = axis_map<T>(fin[3], fout[3], align_corners, scales[1], transposed);
     d = axis_map<T>(fin[2], fout[2], align_corners, scales[0], transposed);
+    band_span = 0;
+    for (int64_t r0 = 0; r0 < g.dst[3]; r0 += g.band_rows) {
+      int64_t lo, hi;
+      source_span(h, r0, std::min(r0 + g.band_rows, g.dst[3]), lo, hi);
+      band_span = std::max(band_span, hi - lo);
+    }
   }
   int64_t nbytes() const { return w.nbytes() + h.nbytes() + d.nbytes(); }
 };
+
+// Scratch elements (of the compute type) one running thread holds.
+//  forward:  a staged source row (Ws channel vectors), a band's source rows mapped along
+//            W (unless H keeps its size) and two slots of a band mapped along H too;
+//  backward: a band's source rows combined along D and its rows mapped along H too
+//            (unless H keeps its size), each row ending in a zero voxel that the padded
+//            W taps read.
+template <class T>
+inline int64_t upsample_scratch_elements(const UpsampleGeometry& g, const UpsampleTables<T>& t,
+                                         bool transposed) {
+  const int64_t Hs = g.src[3], Ws = g.src[4], Hd = g.dst[3], Wd = g.dst[4];
+  if (transposed) return (t.band_span + (Hs != Hd ? g.band_rows : 0)) * (Ws + 1) * g.inner;
+  return (Ws + (Hs != Hd ? t.band_span * Wd : 0) + 2 * g.band_rows * Wd) * g.inner;
+}
 
 // Bytes a pass allocates beyond its result: the tables and each running thread's
 // scratch. A pass that changes no spatial size is a copy made by the caller.
@@ -179,7 +212,7 @@ int64_t upsample_workspace_nbytes(const UpsampleGeometry& g, bool align_corners,
   if (g.items == 0) return 0;
   const UpsampleTables<T> tables(g, align_corners, scales, transposed);
   return tables.nbytes() +
-         g.threads * upsample_scratch_elements(g, transposed) * int64_t(sizeof(T));
+         g.threads * upsample_scratch_elements(g, tables, transposed) * int64_t(sizeof(T));
 }
 
 }  // namespace vs

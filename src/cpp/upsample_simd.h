@@ -91,4 +91,42 @@ inline void store_run(bfloat16_bits* out, const float* in, int64_t n) {
   }
 }
 
+// out[j] = in[j], j < n, with non-temporal stores where the ISA has them: a result too
+// large for the caches is then written without first reading each line (and without
+// evicting the scratch the kernel reuses). The same bits either way; callers fence
+// (stream_fence) before the data is read elsewhere.
+template <class T>
+inline void stream_run(T* out, const T* in, int64_t n) {
+  int64_t j = 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__)
+  constexpr int64_t bytes = 64;
+#else
+  constexpr int64_t bytes = 32;
+#endif
+  constexpr int64_t lanes = bytes / int64_t(sizeof(T));
+  if (reinterpret_cast<uintptr_t>(out) % sizeof(T) == 0) {
+    for (; j < n && reinterpret_cast<uintptr_t>(out + j) % bytes != 0; ++j) out[j] = in[j];
+    for (; j + lanes <= n; j += lanes) {
+#if defined(__AVX512F__)
+      const __m512i v = _mm512_loadu_si512(in + j);
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + j), v);
+#else
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(in + j));
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(out + j), v);
+#endif
+    }
+  }
+#endif
+  for (; j < n; ++j) out[j] = in[j];
+}
+
+// Orders this thread's non-temporal stores before its later stores (and the end of the
+// parallel region that publishes them).
+inline void stream_fence() {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  _mm_sfence();
+#endif
+}
+
 }  // namespace vs

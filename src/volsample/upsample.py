@@ -61,7 +61,7 @@ def forward_workspace_nbytes(input_shape, output_size, dtype, align_corners=Fals
     other arguments are the call's (``threads``: the threads it runs on, by default as
     many as the call would take now).
     It counts the float32 copies of a 16-bit input and result, the per-axis tables, and
-    each running thread's scratch planes.
+    each running thread's scratch (bands of rows of planes, sized to stay in L2).
     """
     input_shape = tuple(int(v) for v in input_shape)
     output_shape = input_shape[:2] + tuple(int(v) for v in output_size)
