@@ -284,6 +284,16 @@ struct CornerReader {
     return false;
   }
 
+  // Fetch ahead the lines a read at `base` starts and ends each corner row on: along a
+  // smooth grid a row's lanes lie on a line or two.
+  template <class S>
+  void prefetch(const S* base) const {
+    for (int j = 0; j < 4; ++j) {
+      prefetch_(base + row[j][0]);
+      prefetch_(base + row[j][L - 1] + x_step);
+    }
+  }
+
   // Corner k's values in out[k] (converted from S); `base`: the channel's first voxel.
   template <class S>
   void read(const S* base, V out[8]) const {
@@ -338,6 +348,9 @@ struct Trilinear {
   }
 };
 
+// How many blocks ahead the channel sweeps prefetch (measured: 4 beats 2).
+constexpr int64_t kPrefetchBlocks = 4;
+
 template <class S, class G, int MODE>
 void forward_kernel(const GridSampleArgs& a) {
   using T = typename compute_of<S, G>::type;
@@ -387,9 +400,13 @@ void forward_kernel(const GridSampleArgs& a) {
           for (int64_t c = 0; c < g.C; ++c) {
             const S* in_c = in_n + c * is[1];
             S* out_c = out_row + c * os[1];
-            for (int64_t b = 0; b < blocks; ++b)
+            for (int64_t b = 0; b < blocks; ++b) {
+              const int64_t ahead = c * blocks + b + kPrefetchBlocks;  // in (channel, block) order
+              if (ahead < g.C * blocks)
+                row_samplers[ahead % blocks].reader.prefetch(in_n + ahead / blocks * is[1]);
               store_lanes(out_c + b * L * os[4], os[4], std::min<int64_t>(L, g.Wo - b * L),
                           row_samplers[b].sample(in_c));
+            }
           }
         }
       }
@@ -665,6 +682,21 @@ struct Backward {
       }
     }
 
+    // Fetch ahead what channel c reads: the volume's corners and grad_input's.
+    void prefetch(int64_t c) const {
+      if (!touches) return;
+      const GridSampleArgs& a = k->a;
+      if (kGradient) reader->prefetch(k->inp + n * a.input.stride[0] + c * a.input.stride[1]);
+      if (SCATTER) {
+        const int64_t* gs = a.grad_input.stride;
+        const T* gi_c = k->gin + n * gs[0] + c * gs[1];
+        for (int64_t corner_row : {int64_t(0), gs[3], gs[2], gs[2] + gs[3]}) {
+          prefetch_(gi_c + gi_lanes[0] + corner_row);
+          prefetch_(gi_c + gi_lanes[valid - 1] + corner_row + gs[4]);
+        }
+      }
+    }
+
     // Channel c's share: its grid-gradient terms summed, its grad_input terms scattered.
     void channel(int64_t c) {
       if (!touches) return;
@@ -757,7 +789,11 @@ struct Backward {
       const int64_t count = std::min<int64_t>(group, (g.Wo - first + L - 1) / L);
       for (int64_t b = 0; b < count; ++b) blocks[b].prepare(*this, r, first + b * L, n, d, h, planes);
       for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t b = 0; b < count; ++b) blocks[b].channel(c);
+        for (int64_t b = 0; b < count; ++b) {
+          const int64_t ahead = c * count + b + kPrefetchBlocks;  // in (channel, block) order
+          if (ahead < g.C * count) blocks[ahead % count].prefetch(ahead / count);
+          blocks[b].channel(c);
+        }
       for (int64_t b = 0; b < count; ++b) blocks[b].finish();
     }
   }

@@ -38,7 +38,16 @@ template <class V> using mask_of = decltype(V() < V());
 
 template <class V> inline V load_(const scalar_of<V>* p) { return *p; }
 template <class T> inline void store_(T* p, T v) { *p = v; }
-inline unsigned bits_of(bool m) { return unsigned(m); }  // bit l: lane l is on
+inline unsigned bits_of(bool m) { return unsigned(m); }
+
+// A hint to fetch p's cache line (no-op where the compiler has no builtin).
+inline void prefetch_(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p);
+#else
+  (void)p;
+#endif
+}  // bit l: lane l is on
 
 // Index vectors: L lanes of element offsets, int64 in the scalar build. The SIMD builds
 // use int32 lanes (one gather instruction for a whole vector) and run only on volumes whose
