@@ -5,10 +5,10 @@ sampling, 48^3 <-> 96^3 for upsampling), it prints
 
 * results: the bytes of the arrays the call returns;
 * workspace: the documented scratch bytes (``backward_workspace_nbytes`` /
-  ``forward_workspace_nbytes``; for grid sampling's forward, the 16-bit conversions);
+  ``forward_workspace_nbytes``; grid sampling's forward has none);
 * traced: peak bytes NumPy allocated during the call (tracemalloc) minus the results;
 * rss: peak resident-set growth of a child process during the call (VmHWM after
-  clearing it; sees Numba's allocations too) minus the results.
+  clearing it; sees the C++ kernels' allocations too) minus the results.
 
 Each call is made once before it is measured (compilation is not counted), with the
 default thread count. Run: ``python benchmarks/memory.py [--threads N]``.

@@ -3,23 +3,20 @@ workspace plus a small slack.
 
 Two measures, because they see different allocations:
 
-* tracemalloc (in process) sees NumPy's allocations -- results, 16-bit conversions,
-  plane keys and histograms -- but not Numba's (per-thread scratch planes, tables).
+* tracemalloc (in process) sees NumPy's allocations -- results, accumulators, plans --
+  but not the C++ kernels' own (per-thread scratch planes, tables).
 * The peak resident set (VmHWM, reset through /proc/self/clear_refs) of a child process
-  sees everything, Numba included, for inputs large enough that page granularity and
-  interpreter noise are small beside them.
+  sees everything, the kernels' scratch included, for inputs large enough that page
+  granularity and interpreter noise are small beside them.
 
 The documented workspace is ``volsample.grid_sample.backward_workspace_nbytes``,
 ``volsample.upsample.forward_workspace_nbytes`` and ``backward_workspace_nbytes``. Grid
-sampling's forward documents none: its only scratch is what its docstring describes
-(16-bit operands computed in float32 and rounded once), counted by
-``grid_forward_scratch``. ``benchmarks/memory.py`` prints these figures.
+sampling's forward documents none and allocates none (``grid_forward_scratch``). ``benchmarks/memory.py`` prints these figures.
 """
 from __future__ import annotations
 
 import gc
 import json
-import math
 import os
 import subprocess
 import sys
@@ -30,7 +27,6 @@ import numpy as np
 import pytest
 
 import volsample
-from volsample import _dtypes
 from volsample import grid_sample as grid_module
 from volsample import upsample as upsample_module
 
@@ -42,16 +38,9 @@ OPS = ["grid_sample_3d", "grid_sample_3d_backward", "upsample_trilinear_3d",
 
 
 def grid_forward_scratch(input_shape, grid_shape, dtype, grid_dtype):
-    """Bytes grid sampling's forward may allocate beyond its result: compute-precision
-    copies of 16-bit operands and the result before its rounding (none for 32/64 bit)."""
-    compute = _dtypes.compute_dtype(dtype, grid_dtype)
-    total = 0
-    out_size = math.prod(input_shape[:2]) * math.prod(grid_shape[1:4])
-    if np.dtype(dtype) != compute:
-        total += (math.prod(input_shape) + out_size) * compute.itemsize
-    if np.dtype(grid_dtype) != compute:
-        total += math.prod(grid_shape) * compute.itemsize
-    return total
+    """Bytes grid sampling's forward may allocate beyond its result: none, in every dtype
+    (the C++ kernels read 16-bit operands in place and round each result once)."""
+    return 0
 
 
 def make_case(op, dtype, in_dhw, out_dhw, N=1, C=4, layout="NCDHW", grid_dtype=None, seed=0):
