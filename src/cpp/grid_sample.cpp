@@ -327,10 +327,9 @@ struct Trilinear {
 
   Trilinear() = default;
   Trilinear(const RowCoords<scalar_of<V>>& r, int64_t w, const Geometry& g,
-            const GridSampleArgs& a, const int64_t* stride)
-      : Trilinear(Footprint<BILINEAR, V>(r, w, g, a.padding, a.align_corners), g, stride) {}
-  Trilinear(const Footprint<BILINEAR, V>& f, const Geometry& g, const int64_t* stride)
-      : reader(f, g, stride) {
+            const GridSampleArgs& a, const int64_t* stride) {
+    const Footprint<BILINEAR, V> f(r, w, g, a.padding, a.align_corners);
+    reader = CornerReader<BILINEAR, V>(f, g, stride);
     f.corner_weights(weight);
     std::copy(f.corner, f.corner + 8, corner);
   }
@@ -355,7 +354,6 @@ template <class S, class G, int MODE>
 void forward_kernel(const GridSampleArgs& a) {
   using T = typename compute_of<S, G>::type;
   using V = typename native<T>::type;
-  using I = index_of<V>;
   constexpr int L = lanes<V>::count;
   const Geometry g(a);
   const S* inp = a.input.ptr<S>();
