@@ -41,7 +41,7 @@ def main():
     args = parser.parse_args()
     if args.threads:
         volsample.set_num_threads(args.threads)
-        os.environ["NUMBA_NUM_THREADS"] = str(args.threads)  # the child processes too
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)  # the child processes' default too
     print(f"threads: {volsample.get_num_threads()}; N=1, C=4, NCDHW; MiB")
     header = f"{'operator':32s} {'dtype':9s} {'shape':>20s} {'results':>8s} {'workspace':>9s} " \
              f"{'traced':>8s} {'rss':>8s}"

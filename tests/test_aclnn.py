@@ -603,8 +603,9 @@ PYTHON_OVERHEAD = 16 << 10  # interpreter objects tracemalloc also sees during a
 
 @pytest.fixture
 def one_thread():
-    """Per-thread scratch (counted, but allocated by Numba, untraced) grows with the thread
-    count; one thread keeps the lower bound of the workspace tests machine-independent."""
+    """Per-thread scratch (counted, but allocated by the C++ kernels, untraced) grows with
+    the thread count; one thread keeps the lower bound of the workspace tests
+    machine-independent."""
     before = volsample.get_num_threads()
     volsample.set_num_threads(1)
     yield
@@ -627,7 +628,7 @@ def test_upsample_workspace_covers_real_scratch(rng, one_thread, dtype, in_dhw, 
 @pytest.mark.parametrize("mask", [(True, True), (True, False), (False, True)])
 def test_grid_workspace_covers_real_scratch(rng, one_thread, dtype, mask):
     """The workspace bounds the memory phase two allocates (as NumPy reports it to
-    tracemalloc; the Numba kernels' own tables are counted but not traced), and is
+    tracemalloc; the C++ kernels' own tables are counted but not traced), and is
     not wildly above it."""
     arrays = grid_arrays(rng, dtype=dtype, N=2, C=3, in_dhw=(8, 9, 40), out_dhw=(7, 6, 40))
     size, peak = traced_peak(

@@ -182,7 +182,7 @@ def test_sixteen_bit_upsampling_makes_no_numpy_copies():
     assert peak - results <= TRACED_SLACK, (peak, results, workspace)
 
 
-# --- resident set: everything, Numba included ---------------------------------------------
+# --- resident set: everything, the C++ kernels' scratch included --------------------------------
 
 RSS_CASES = [  # large enough (tens of MB) that the slack is small beside them
     dict(op="grid_sample_3d", dtype="float32", in_dhw=(64, 64, 64), out_dhw=(64, 64, 64)),

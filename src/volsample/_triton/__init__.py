@@ -29,7 +29,7 @@ from .._torch_formats import is_channels_last, memory_format
 _INT32_LIMIT = 2**31
 
 # Options of every launch. No fused multiply-adds beyond those written as tl.fma: each
-# operation rounds as it does in the CPU kernels (Numba contracts nothing either).
+# operation rounds as it does in the CPU kernels (built with -ffp-contract=off).
 LAUNCH = dict(enable_fp_fusion=False)
 
 _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
