@@ -38,7 +38,7 @@ template <class V> using mask_of = decltype(V() < V());
 
 template <class V> inline V load_(const scalar_of<V>* p) { return *p; }
 template <class T> inline void store_(T* p, T v) { *p = v; }
-inline unsigned bits_of(bool m) { return unsigned(m); }
+inline unsigned bits_of(bool m) { return unsigned(m); }  // bit l: lane l is on
 
 // A hint to fetch p's cache line (no-op where the compiler has no builtin).
 inline void prefetch_(const void* p) {
@@ -47,11 +47,12 @@ inline void prefetch_(const void* p) {
 #else
   (void)p;
 #endif
-}  // bit l: lane l is on
+}
 
 // Index vectors: L lanes of element offsets, int64 in the scalar build. The SIMD builds
-// use int32 lanes (one gather instruction for a whole vector) and run only on volumes whose
-// offsets fit in 31 bits; the kernels send larger ones to the scalar build.
+// use int32 lanes (a whole vector's offsets in one register, one multiply per stride) and
+// run only on volumes whose offsets fit in 31 bits; the kernels send larger ones to the
+// scalar build.
 template <class V> struct index_for { using type = int64_t; using lane = int64_t; };
 template <class V> using index_of = typename index_for<V>::type;
 template <class V> using index_lane_of = typename index_for<V>::lane;

@@ -3,10 +3,9 @@
 float16 and bfloat16 volumes are loaded into float32, computed and accumulated there,
 and rounded once when stored; float32 and float64 compute in their own precision.
 
-bfloat16 is ml_dtypes', imported on first use (``BFLOAT16``, ``SUPPORTED``,
-``SIXTEEN_BIT`` are module attributes made then): importing ml_dtypes takes most of a
-second, and an array can only be bfloat16 once its maker has imported it, so the checks
-(``is_bfloat16`` and the rest) never import it themselves.
+bfloat16 is ml_dtypes', imported on first use of ``BFLOAT16``: importing ml_dtypes takes
+most of a second, and an array can only be bfloat16 once its maker has imported it, so the
+checks (``is_bfloat16`` and the rest) never import it themselves.
 """
 from __future__ import annotations
 
@@ -22,13 +21,10 @@ LABELS = (np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.int32))
 
 
 def __getattr__(name):
-    if name in ("BFLOAT16", "SUPPORTED", "SIXTEEN_BIT"):
+    if name == "BFLOAT16":
         import ml_dtypes
-        bfloat16 = np.dtype(ml_dtypes.bfloat16)
-        made = {"BFLOAT16": bfloat16, "SUPPORTED": (FLOAT16, bfloat16, FLOAT32, FLOAT64),
-                "SIXTEEN_BIT": (FLOAT16, bfloat16)}
-        globals().update(made)
-        return made[name]
+        bfloat16 = globals()["BFLOAT16"] = np.dtype(ml_dtypes.bfloat16)
+        return bfloat16
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
