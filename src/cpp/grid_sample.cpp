@@ -579,9 +579,9 @@ Plan make_plan(const GridSampleArgs& a, const Geometry& g) {
 }
 
 // The backward's operands and loops, L points (lanes) at a time. The grid gradient sums,
-// per lane, channel by channel and corner by corner in order, as PyTorch does; the scatter
-// into grad_input goes channel by channel, and in a channel point by point (then corner by
-// corner), so each element receives its terms in increasing point order.
+// per lane, channel by channel the derivative of the channel's sample (a fixed expression
+// of the 8 corner values); the scatter into grad_input goes channel by channel, and in a
+// channel so that each element receives its terms in increasing point order.
 template <class S, class G, int MODE>
 struct Backward {
   using T = typename compute_of<S, G>::type;
@@ -629,10 +629,14 @@ struct Backward {
     bool touches;
     F f;
     std::optional<CornerReader<MODE, V>> reader;
-    V cw[8], dx[8], dy[8], dz[8];  // d: d(corner weight)/d(ix, iy, iz)
+    V cw[8];
+    V yz[4], xz[4], xy[4];  // two axes' weight products, indexed by those axes' bits
     V sx, sy, sz;
     alignas(64) Lane gi_lanes[L];
-    unsigned scatter[L];  // per lane, bit k: scatter into corner k
+    unsigned live;                // the valid lanes
+    unsigned corner_lanes[8];     // corner k's lanes that scatter (inside, on the task's planes)
+    bool corner_major;            // the scatter may go corner by corner (see scatter_order)
+    int flip;                     // ... from corner 7 ^ flip down to corner 0 ^ flip
 
     // Made in place (the blocks are reused row after row, and are large to copy).
     void prepare(const Backward& kernel, const RowCoords<T>& r, int64_t w_, int64_t n_,
@@ -649,33 +653,48 @@ struct Backward {
       if (kGradient) reader.emplace(f, g, kernel.a.input.stride);
       if (MODE == NEAREST) cw[0] = V(T(1));
       else f.corner_weights(cw);
-      if (kGradient) {  // the other two axes' weights, signed by corner k's tap
+      if (kGradient) {
         const V* wt = f.weight;
-        const V yz[4] = {wt[2] * wt[4], wt[3] * wt[4], wt[2] * wt[5], wt[3] * wt[5]};
-        const V xz[4] = {wt[0] * wt[4], wt[1] * wt[4], wt[0] * wt[5], wt[1] * wt[5]};
-        const V xy[4] = {wt[0] * wt[2], wt[1] * wt[2], wt[0] * wt[3], wt[1] * wt[3]};
-        for (int c = 0; c < 8; ++c) {
-          const V x = yz[c >> 1], y = xz[(c & 1) | (c >> 2) << 1], z = xy[c & 3];
-          dx[c] = (c & 1) ? x : -x;
-          dy[c] = (c >> 1 & 1) ? y : -y;
-          dz[c] = (c >> 2) ? z : -z;
+        for (int j = 0; j < 4; ++j) {
+          const int lo = j & 1, hi = j >> 1;
+          yz[j] = wt[2 + lo] * wt[4 + hi];
+          xz[j] = wt[lo] * wt[4 + hi];
+          xy[j] = wt[lo] * wt[2 + hi];
         }
       }
-      if (SCATTER) {  // the corners per lane, clipped to the task's planes
+      if (SCATTER) {  // each corner's lanes, clipped to the task's planes
         store_(gi_lanes, f.offset(kernel.a.grad_input.stride));
-        unsigned on[8];
-        for (int c = 0; c < kCorners; ++c) on[c] = bits_of(f.corner[c]);
-        alignas(64) Lane z_lanes[L];
-        if (planes.clip) store_(z_lanes, to_index(f.low[2]));
-        for (int64_t l = 0; l < L; ++l) {
-          unsigned bits = 0;
-          for (int c = 0; c < kCorners; ++c) bits |= (on[c] >> l & 1) << c;
-          if (planes.clip) {
-            const int64_t plane = n * g.D + z_lanes[l];
-            if (plane < planes.lo || plane >= planes.hi) bits &= 0xf0u;
-            if (plane + 1 < planes.lo || plane + 1 >= planes.hi) bits &= 0x0fu;
-          }
-          scatter[l] = l < valid ? bits : 0u;
+        live = unsigned((uint64_t(1) << valid) - 1);
+        unsigned on_planes[2] = {live, live};  // corners of z bit 0, 1
+        if (planes.clip) {  // compared in this batch's z, small whole numbers
+          const V lo{T(std::clamp<int64_t>(planes.lo - n * g.D, -2, g.D + 1))};
+          const V hi{T(std::clamp<int64_t>(planes.hi - n * g.D, -2, g.D + 1))};
+          const V z0 = f.low[2], z1 = f.low[2] + V(T(1));
+          on_planes[0] &= bits_of((lo <= z0) & (z0 < hi));
+          on_planes[1] &= bits_of((lo <= z1) & (z1 < hi));
+        }
+        for (int c = 0; c < kCorners; ++c)
+          corner_lanes[c] = bits_of(f.corner[c]) & on_planes[c >> 2];
+        scatter_order();
+      }
+    }
+
+    // Every element must receive its terms in point order. Corner by corner (each over
+    // the lanes in order) does that when, along the lanes, each axis' low tap never falls
+    // (or never rises): two lanes a < b reaching one element then reach it through corners
+    // whose bits differ only where a's tap lies below b's, so a's corner comes first when
+    // corners are taken from 7 down to 0, each bit of a falling axis flipped. This order
+    // has no lane waiting on the previous lane's store, as the point-by-point one has.
+    void scatter_order() {
+      corner_major = true;
+      flip = 0;
+      if constexpr (L > 1 && MODE != NEAREST) {  // one corner: the orders are the same
+        const unsigned pairs = live >> 1;  // lanes l with lane l + 1 valid
+        for (int axis = 0; axis < 3; ++axis) {
+          const V now = f.low[axis], next = next_lane_(now);
+          if ((bits_of(now <= next) & pairs) == pairs) continue;
+          if ((bits_of(next <= now) & pairs) == pairs) flip |= 1 << axis;
+          else corner_major = false;
         }
       }
     }
@@ -702,14 +721,21 @@ struct Backward {
       const int64_t* gs = a.grad_output.stride;
       const V gv = load_lanes<V>(k->gout_row(n, d, h) + c * gs[1] + w * gs[4], gs[4], valid);
       if (kGradient) {
-        V values[8];
-        reader->read(k->inp + n * a.input.stride[0] + c * a.input.stride[1], values);
-        for (int i = 0; i < 8; ++i) {
-          const V v = values[i] * gv;
-          sx = select(f.corner[i], sx + dx[i] * v, sx);
-          sy = select(f.corner[i], sy + dy[i] * v, sy);
-          sz = select(f.corner[i], sz + dz[i] * v, sz);
-        }
+        V v[8];
+        reader->read(k->inp + n * a.input.stride[0] + c * a.input.stride[1], v);
+        const V zero(T(0));
+        for (int i = 0; i < 8; ++i) v[i] = select(f.corner[i], v[i], zero);
+        // d(sum of v * corner weight)/d(ix, iy, iz): along each axis, the differences of
+        // the corner pairs that axis' bit tells apart, weighted by the other two axes.
+        const V gx = yz[0] * (v[1] - v[0]) + yz[1] * (v[3] - v[2]) + yz[2] * (v[5] - v[4]) +
+                     yz[3] * (v[7] - v[6]);
+        const V gy = xz[0] * (v[2] - v[0]) + xz[1] * (v[3] - v[1]) + xz[2] * (v[6] - v[4]) +
+                     xz[3] * (v[7] - v[5]);
+        const V gz = xy[0] * (v[4] - v[0]) + xy[1] * (v[5] - v[1]) + xy[2] * (v[6] - v[2]) +
+                     xy[3] * (v[7] - v[3]);
+        sx = sx + gv * gx;
+        sy = sy + gv * gy;
+        sz = sz + gv * gz;
       }
       if (SCATTER) {
         alignas(64) T terms[8][L];
@@ -717,15 +743,24 @@ struct Backward {
         T* gi_c = k->gin + n * a.grad_input.stride[0] + c * a.grad_input.stride[1];
         int64_t to[8];  // a local copy: the compiler keeps it in registers
         std::copy(k->gi_offsets, k->gi_offsets + 8, to);
-        for (int64_t l = 0; l < valid; ++l) {
-          const unsigned bits = scatter[l];
-          if (!bits) continue;
-          T* at = gi_c + gi_lanes[l];
-          if (bits == (1u << kCorners) - 1) {  // inside: every corner, without branches
-            for (int i = 0; i < kCorners; ++i) at[to[i]] += terms[i][l];
-          } else {
+        if (corner_major) {
+          for (int key = kCorners - 1; key >= 0; --key) {
+            const int i = key ^ flip;
+            T* at = gi_c + to[i];
+            const T* t = terms[i];
+            const unsigned lanes = corner_lanes[i];
+            if (lanes == live) {  // every lane, without branches
+              for (int64_t l = 0; l < valid; ++l) at[gi_lanes[l]] += t[l];
+            } else {
+              for (int64_t l = 0; l < valid; ++l)
+                if (lanes >> l & 1) at[gi_lanes[l]] += t[l];
+            }
+          }
+        } else {
+          for (int64_t l = 0; l < valid; ++l) {
+            T* at = gi_c + gi_lanes[l];
             for (int i = 0; i < kCorners; ++i)
-              if (bits >> i & 1) at[to[i]] += terms[i][l];
+              if (corner_lanes[i] >> l & 1) at[to[i]] += terms[i][l];
           }
         }
       }

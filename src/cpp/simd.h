@@ -58,6 +58,8 @@ template <class V> using index_of = typename index_for<V>::type;
 template <class V> using index_lane_of = typename index_for<V>::lane;
 inline int64_t to_index(float x) { return int64_t(x); }  // x: a whole number in range
 inline int64_t to_index(double x) { return int64_t(x); }
+// Lane l + 1's value in lane l (the last lane keeps its own).
+template <class T> inline T next_lane_(T x) { return x; }
 
 // Lane l's neighbours base[at[l]] and base[at[l] + 1] (all valid memory) as `first` and
 // `second`: plain loads, which beat the hardware gathers of the CPUs we measured. The
@@ -178,6 +180,13 @@ inline void load_pairs_<f32x16, int32_t>(const float* base, const int32_t* at, f
   first = f32x16(_mm512_permutex2var_ps(lo, even, hi));
   second = f32x16(_mm512_permutex2var_ps(lo, _mm512_add_epi32(even, _mm512_set1_epi32(1)), hi));
 }
+inline f32x16 next_lane_(f32x16 x) {
+  return f32x16(_mm512_permutexvar_ps(
+      _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 15), x.v));
+}
+inline f64x8 next_lane_(f64x8 x) {
+  return f64x8(_mm512_permutexvar_pd(_mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 7), x.v));
+}
 inline unsigned bits_of(f32x16_mask m) { return m.m; }
 inline unsigned bits_of(f64x8_mask m) { return m.m; }
 template <> struct native<float> { using type = f32x16; };
@@ -220,6 +229,10 @@ inline void load_pairs_<f32x8, int32_t>(const float* base, const int32_t* at, f3
   first = f32x8(order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))));
   second = f32x8(order(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1))));
 }
+inline f32x8 next_lane_(f32x8 x) {
+  return f32x8(_mm256_permutevar8x32_ps(x.v, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 7)));
+}
+inline f64x4 next_lane_(f64x4 x) { return f64x4(_mm256_permute4x64_pd(x.v, _MM_SHUFFLE(3, 3, 2, 1))); }
 inline unsigned bits_of(f32x8_mask m) { return unsigned(_mm256_movemask_ps(m.m)); }
 inline unsigned bits_of(f64x4_mask m) { return unsigned(_mm256_movemask_pd(m.m)); }
 template <> struct native<float> { using type = f32x8; };
