@@ -321,6 +321,28 @@ def test_layouts_give_the_same_bits(dtype):
                              dense(backward(g, x.shape, align_corners, None, "NDHWC")))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("factor", [2, 3, 0.5])
+def test_long_rows_give_the_same_bits_in_both_layouts(dtype, factor):
+    """Rows long enough for the W map's strided runs (the backward of an integer
+    upsampling, a downsampling forward: one channel reads them without gathers, channels
+    last does not) keep the gathers' bits, with NaN and infinities passing through."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((1, 2, 3, 4, 48)).astype(dtype)
+    x[0, 0, 1, 2, 17] = np.nan
+    x[0, 1, 2, 3, 30] = np.inf
+    for align_corners in (False, True):
+        y = forward(x, align_corners, {"scale_factor": (1, 1, factor)})
+        assert_bitwise_equal("forward", y, forward(x, align_corners, {"scale_factor": (1, 1, factor)}, "NDHWC"))
+        g = rng.standard_normal(y.shape).astype(dtype)
+        g[0, 1, 1, 1, 20] = -np.inf
+        for scales in (None, (1.0, 1.0, float(factor))):
+            gi = backward(g, x.shape, align_corners, scales)
+            assert_bitwise_equal("backward", gi, backward(g, x.shape, align_corners, scales, "NDHWC"))
+            assert_bitwise_equal("backward, NaN", np.isnan(gi), np.isnan(
+                ref.upsample_trilinear_3d_backward(g, x.shape, align_corners, scales)))
+
+
 @pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
 def test_any_strides(layout):
     rng = np.random.default_rng(9)

@@ -40,6 +40,7 @@ namespace VS_ISA {
 namespace {
 
 constexpr int64_t TILE = 512;  // compute-type elements of a stack tile (16-bit loads, stores)
+constexpr int64_t kPhaseElements = 1024;  // a row split into phases on the stack; longer: gathers
 
 // Row h of a source plane: element (x, i) (x < n_x, channel i < inner) at
 // row + x * sx + i * si. `read` gives a run of it, in flat order x * inner + i, as compute
@@ -123,6 +124,67 @@ inline void add_entries(C* o, const C* const* v, const C* w, int m, int64_t n, b
   }
 }
 
+constexpr int kMaxFusedTaps = 16;
+
+// Up to ENTRIES taps' share of out[x], x in [lo, hi), in one pass: out = w[0][x] * v[0][x]
+// (`first`, else fused into out) and then fused for each later tap (the gather's order of
+// operations).
+template <int M, bool first, class C>
+inline void fused_taps_of(C* out, const C* const* v_in, const C* const* w_in, int64_t lo, int64_t hi) {
+  const C* v[M];
+  const C* w[M];
+  for (int k = 0; k < M; ++k) v[k] = v_in[k], w[k] = w_in[k];
+#pragma omp simd
+  for (int64_t x = lo; x < hi; ++x) {
+    C acc = first ? w[0][x] * v[0][x] : std::fma(w[0][x], v[0][x], out[x]);
+    for (int k = 1; k < M; ++k) acc = std::fma(w[k][x], v[k][x], acc);
+    out[x] = acc;
+  }
+}
+
+template <class C>
+inline void fused_taps(C* out, const C* const* v, const C* const* w, int K, int64_t lo, int64_t hi) {
+  for (int k = 0; k < K; k += ENTRIES) {
+    const int m = std::min(ENTRIES, K - k);
+    switch (m * 2 + (k == 0)) {
+      case 2: fused_taps_of<1, false>(out, v + k, w + k, lo, hi); break;
+      case 3: fused_taps_of<1, true>(out, v + k, w + k, lo, hi); break;
+      case 4: fused_taps_of<2, false>(out, v + k, w + k, lo, hi); break;
+      case 5: fused_taps_of<2, true>(out, v + k, w + k, lo, hi); break;
+      case 6: fused_taps_of<3, false>(out, v + k, w + k, lo, hi); break;
+      case 7: fused_taps_of<3, true>(out, v + k, w + k, lo, hi); break;
+      case 8: fused_taps_of<4, false>(out, v + k, w + k, lo, hi); break;
+      default: fused_taps_of<4, true>(out, v + k, w + k, lo, hi); break;
+    }
+  }
+}
+
+// out[x] = sum over taps k of weight[k, x0 + x] * row[index[k, x0 + x]], x in [lo, hi),
+// by vector gathers (one channel): the first tap a product, later ones fused in (two
+// taps: fma(l0, v0, l1 * v1)).
+template <class C>
+void gather_taps(C* out, const C* row, const Taps<C>& t, int64_t x0, int64_t lo, int64_t hi) {
+  const int64_t n = t.rows;
+  const int64_t* first = t.index.data() + x0;  // tap k of output x0 + x: first[k * n + x]
+  const C* w_first = t.weight.data() + x0;
+  if (t.K == 2) {
+    const int64_t* second = first + n;
+    const C* w_second = w_first + n;
+#pragma omp simd
+    for (int64_t x = lo; x < hi; ++x)
+      out[x] = std::fma(w_second[x], row[second[x]], w_first[x] * row[first[x]]);
+    return;
+  }
+#pragma omp simd
+  for (int64_t x = lo; x < hi; ++x) out[x] = w_first[x] * row[first[x]];
+  for (int64_t k = 1; k < t.K; ++k) {
+    const int64_t* ik = first + k * n;
+    const C* wk = w_first + k * n;
+#pragma omp simd
+    for (int64_t x = lo; x < hi; ++x) out[x] = std::fma(wk[x], row[ik[x]], out[x]);
+  }
+}
+
 // out[(x - x0) * (c1 - c0) + i - c0] = sum_k weight[k, x] * row[index[k, x] * inner + i]
 // for x in [x0, x1), i in [c0, c1): the W map on whole channel vectors, the first tap a
 // product and later ones fused in (two taps: fma(l0, v0, l1 * v1)).
@@ -132,25 +194,42 @@ void gather_w(C* out, const C* row, const Taps<C>& t, int64_t inner, int64_t x0,
   const int64_t n = t.rows;
   const int64_t* index = t.index.data();
   const C* weight = t.weight.data();
-  if (inner == 1) {  // one tap at a time over the row: vector gathers
-    const int64_t m = x1 - x0;
-    const int64_t* first = index + x0;  // tap k of output x: first[k * n + x]
-    const C* w_first = weight + x0;
-    if (t.K == 2) {
-      const int64_t* second = first + n;
-      const C* w_second = w_first + n;
-#pragma omp simd
-      for (int64_t x = 0; x < m; ++x)
-        out[x] = std::fma(w_second[x], row[second[x]], w_first[x] * row[first[x]]);
-      return;
+  if (inner == 1) {
+    const int64_t m = x1 - x0, s = t.stride, P = t.phase_len;
+    // Outputs [a, b) (as x) lie in every tap's run: there all taps in one pass over the
+    // row's phases. Elsewhere by vector gathers.
+    int64_t a = 0, b = 0;
+    if (s > 0 && s * P <= kPhaseElements && t.K <= kMaxFusedTaps && m <= kPhaseElements) {
+      a = x0, b = x1;
+      for (int64_t k = 0; k < t.K; ++k) a = std::max(a, t.from[k]), b = std::min(b, t.to[k]);
+      a = std::min(a, x1) - x0, b = std::max(b, a + x0) - x0;
     }
+    gather_taps(out, row, t, x0, 0, a);
+    gather_taps(out, row, t, x0, b, m);
+    if (a < b) {
+      // The row's phases, each in order: phases[p * P + j] = row[p + s * j].
+      C buffer[kPhaseElements];
+      const C* phases = row;
+      if (s > 1) {
+        const int64_t whole = t.span / s;  // elements j < whole of every phase
+        if (s == 2) {  // a constant stride: vectorised
 #pragma omp simd
-    for (int64_t x = 0; x < m; ++x) out[x] = w_first[x] * row[first[x]];
-    for (int64_t k = 1; k < t.K; ++k) {
-      const int64_t* ik = first + k * n;
-      const C* wk = w_first + k * n;
-#pragma omp simd
-      for (int64_t x = 0; x < m; ++x) out[x] = std::fma(wk[x], row[ik[x]], out[x]);
+          for (int64_t j = 0; j < whole; ++j) buffer[j] = row[2 * j], buffer[P + j] = row[2 * j + 1];
+        } else {
+          for (int64_t j = 0; j < whole; ++j)
+            for (int64_t p = 0; p < s; ++p) buffer[p * P + j] = row[s * j + p];
+        }
+        for (int64_t p = 0; whole * s + p < t.span; ++p) buffer[p * P + whole] = row[whole * s + p];
+        phases = buffer;
+      }
+      const C* runs[kMaxFusedTaps];
+      const C* weights[kMaxFusedTaps];
+      static const C zeros[kPhaseElements] = {};
+      for (int64_t k = 0; k < t.K; ++k) {
+        runs[k] = t.phase_at[k] < 0 ? zeros : phases + t.phase_at[k] + x0;
+        weights[k] = weight + k * n + x0;
+      }
+      fused_taps(out, runs, weights, int(t.K), a, b);
     }
     return;
   }

@@ -87,13 +87,60 @@ AxisMap<T> axis_map(int64_t in_size, int64_t out_size, bool align_corners, doubl
 // A map as dense tap-major tables: index[k * rows + r] is row r's k-th entry, K the
 // longest row. Shorter rows are padded with entries (pad, 0), which must read a zero.
 // This is the W map's form: one tap at a time over a whole row of outputs.
+//
+// Where rows step through the input at a whole stride (a downsampling forward, the
+// backward of an integer upsampling), tap k reads index stride * r + c over a run of
+// rows [from[k], to[k]): there it reads one phase of the input (every stride-th element)
+// in order, which the kernels do without a gather.
 template <class T>
 struct Taps {
   int64_t K = 0, rows = 0;
+  int64_t span = 0;    // the input elements read: indices [0, span)
+  int64_t stride = 0;  // the runs' stride; 0: no runs
   std::vector<int64_t> index;
   std::vector<T> weight;
-  int64_t nbytes() const { return int64_t(index.size()) * 8 + int64_t(weight.size() * sizeof(T)); }
+  std::vector<int64_t> phase_at, from, to;  // run k: phases[phase_at[k] + r], r in [from, to)
+                                            // (phase_at -1: pads, reading zeros)
+  int64_t phase_len = 0;                    // each phase's elements, P (see gather_w)
+  int64_t nbytes() const {
+    return int64_t(index.size() + from.size() * 3) * 8 + int64_t(weight.size() * sizeof(T));
+  }
 };
+
+constexpr int64_t kMaxTapStride = 16;  // longer strides: gathers (rare; their phases are short)
+constexpr int64_t kMinTapRun = 16;     // shorter runs are not worth a phase
+
+template <class T>
+void find_tap_runs(Taps<T>& t, int64_t pad) {
+  const int64_t n = t.rows, mid = n / 2;
+  if (n < kMinTapRun) return;
+  const int64_t s = t.index[mid + 1] - t.index[mid];  // tap 0 in the middle of the row
+  if (s < 1 || s > kMaxTapStride) return;
+  t.stride = s;
+  t.phase_len = (t.span + s - 1) / s;
+  t.phase_at.assign(t.K, 0);
+  t.from.assign(t.K, 0);
+  t.to.assign(t.K, 0);
+  for (int64_t k = 0; k < t.K; ++k) {
+    const int64_t* ik = t.index.data() + k * n;
+    const T* wk = t.weight.data() + k * n;
+    if (ik[mid] == pad && wk[mid] == T(0)) {  // a tap only shorter rows have: zeros
+      int64_t a = mid, b = mid + 1;
+      while (a > 0 && ik[a - 1] == pad && wk[a - 1] == T(0)) --a;
+      while (b < n && ik[b] == pad && wk[b] == T(0)) ++b;
+      t.phase_at[k] = -1, t.from[k] = a, t.to[k] = b;
+      continue;
+    }
+    const int64_t c = ik[mid] - s * mid;
+    int64_t a = mid, b = mid + 1;
+    while (a > 0 && ik[a - 1] == s * (a - 1) + c) --a;
+    while (b < n && ik[b] == s * b + c) ++b;
+    if (b - a < kMinTapRun) continue;  // an empty run: tap k gathers
+    // Index s * r + c is element r + (c - p) / s of phase p = c mod s.
+    const int64_t p = (c % s + s) % s;
+    t.phase_at[k] = p * t.phase_len + (c - p) / s, t.from[k] = a, t.to[k] = b;
+  }
+}
 
 template <class T>
 Taps<T> dense_taps(const AxisMap<T>& m, int64_t pad) {
@@ -107,6 +154,8 @@ Taps<T> dense_taps(const AxisMap<T>& m, int64_t pad) {
       t.index[(k - m.starts[r]) * t.rows + r] = m.index[k];
       t.weight[(k - m.starts[r]) * t.rows + r] = m.weight[k];
     }
+  for (int64_t i : t.index) t.span = std::max(t.span, i + 1);
+  find_tap_runs(t, pad);
   return t;
 }
 
