@@ -167,6 +167,14 @@ void gather_taps(C* out, const C* row, const Taps<C>& t, int64_t x0, int64_t lo,
   const int64_t n = t.rows;
   const int64_t* first = t.index.data() + x0;  // tap k of output x0 + x: first[k * n + x]
   const C* w_first = t.weight.data() + x0;
+  if (hi - lo <= 4) {  // a run's edges: too short for vector loops
+    for (int64_t x = lo; x < hi; ++x) {
+      C acc = w_first[x] * row[first[x]];
+      for (int64_t k = 1; k < t.K; ++k) acc = std::fma(w_first[k * n + x], row[first[k * n + x]], acc);
+      out[x] = acc;
+    }
+    return;
+  }
   if (t.K == 2) {
     const int64_t* second = first + n;
     const C* w_second = w_first + n;
