@@ -126,35 +126,43 @@ inline void add_entries(C* o, const C* const* v, const C* w, int m, int64_t n, b
 
 constexpr int kMaxFusedTaps = 16;
 
-// Up to ENTRIES taps' share of out[x], x in [lo, hi), in one pass: out = w[0][x] * v[0][x]
-// (`first`, else fused into out) and then fused for each later tap (the gather's order of
-// operations).
-template <int M, bool first, class C>
-inline void fused_taps_of(C* out, const C* const* v_in, const C* const* w_in, int64_t lo, int64_t hi) {
+// Up to ENTRIES taps' share of out[x], x in [lo, hi), in one pass: out = w[0][x] *
+// v[0][S x] (`first`, else fused into out) and then fused for each later tap, the
+// gather's order of operations; with `pads`, then + 0, which is what the rows' trailing
+// pad taps fma(0, 0, out) come to.
+template <int M, bool first, int S, class C>
+inline void fused_taps_of(C* out, const C* const* v_in, const C* const* w_in, int64_t lo,
+                          int64_t hi, bool pads) {
   const C* v[M];
   const C* w[M];
   for (int k = 0; k < M; ++k) v[k] = v_in[k], w[k] = w_in[k];
 #pragma omp simd
   for (int64_t x = lo; x < hi; ++x) {
-    C acc = first ? w[0][x] * v[0][x] : std::fma(w[0][x], v[0][x], out[x]);
-    for (int k = 1; k < M; ++k) acc = std::fma(w[k][x], v[k][x], acc);
-    out[x] = acc;
+    C acc = first ? w[0][x] * v[0][S * x] : std::fma(w[0][x], v[0][S * x], out[x]);
+    for (int k = 1; k < M; ++k) acc = std::fma(w[k][x], v[k][S * x], acc);
+    out[x] = pads ? acc + C(0) : acc;
   }
 }
 
-template <class C>
-inline void fused_taps(C* out, const C* const* v, const C* const* w, int K, int64_t lo, int64_t hi) {
-  for (int k = 0; k < K; k += ENTRIES) {
-    const int m = std::min(ENTRIES, K - k);
+// The K taps (pad taps last, each `pad` true) in groups of ENTRIES; tap k's value for x
+// at v[k][S x].
+template <int S, class C>
+inline void fused_taps(C* out, const C* const* v, const C* const* w, const bool* pad, int K,
+                       int64_t lo, int64_t hi) {
+  int real = K;
+  while (real > 1 && pad[real - 1]) --real;
+  for (int k = 0; k < real; k += ENTRIES) {
+    const int m = std::min(ENTRIES, real - k);
+    const bool pads = k + m == real && real < K;
     switch (m * 2 + (k == 0)) {
-      case 2: fused_taps_of<1, false>(out, v + k, w + k, lo, hi); break;
-      case 3: fused_taps_of<1, true>(out, v + k, w + k, lo, hi); break;
-      case 4: fused_taps_of<2, false>(out, v + k, w + k, lo, hi); break;
-      case 5: fused_taps_of<2, true>(out, v + k, w + k, lo, hi); break;
-      case 6: fused_taps_of<3, false>(out, v + k, w + k, lo, hi); break;
-      case 7: fused_taps_of<3, true>(out, v + k, w + k, lo, hi); break;
-      case 8: fused_taps_of<4, false>(out, v + k, w + k, lo, hi); break;
-      default: fused_taps_of<4, true>(out, v + k, w + k, lo, hi); break;
+      case 2: fused_taps_of<1, false, S>(out, v + k, w + k, lo, hi, pads); break;
+      case 3: fused_taps_of<1, true, S>(out, v + k, w + k, lo, hi, pads); break;
+      case 4: fused_taps_of<2, false, S>(out, v + k, w + k, lo, hi, pads); break;
+      case 5: fused_taps_of<2, true, S>(out, v + k, w + k, lo, hi, pads); break;
+      case 6: fused_taps_of<3, false, S>(out, v + k, w + k, lo, hi, pads); break;
+      case 7: fused_taps_of<3, true, S>(out, v + k, w + k, lo, hi, pads); break;
+      case 8: fused_taps_of<4, false, S>(out, v + k, w + k, lo, hi, pads); break;
+      default: fused_taps_of<4, true, S>(out, v + k, w + k, lo, hi, pads); break;
     }
   }
 }
@@ -204,10 +212,10 @@ void gather_w(C* out, const C* row, const Taps<C>& t, int64_t inner, int64_t x0,
   const C* weight = t.weight.data();
   if (inner == 1) {
     const int64_t m = x1 - x0, s = t.stride, P = t.phase_len;
-    // Outputs [a, b) (as x) lie in every tap's run: there all taps in one pass over the
-    // row's phases. Elsewhere by vector gathers.
+    // Outputs [a, b) (as x) lie in every tap's run: there all taps in one pass, reading
+    // the row a stride apart (or its phases). Elsewhere by gathers.
     int64_t a = 0, b = 0;
-    if (s > 0 && s * P <= kPhaseElements && t.K <= kMaxFusedTaps && m <= kPhaseElements) {
+    if (s > 0 && (s <= 2 || s * P <= kPhaseElements) && t.K <= kMaxFusedTaps) {
       a = x0, b = x1;
       for (int64_t k = 0; k < t.K; ++k) a = std::max(a, t.from[k]), b = std::min(b, t.to[k]);
       a = std::min(a, x1) - x0, b = std::max(b, a + x0) - x0;
@@ -215,29 +223,30 @@ void gather_w(C* out, const C* row, const Taps<C>& t, int64_t inner, int64_t x0,
     gather_taps(out, row, t, x0, 0, a);
     gather_taps(out, row, t, x0, b, m);
     if (a < b) {
-      // The row's phases, each in order: phases[p * P + j] = row[p + s * j].
-      C buffer[kPhaseElements];
-      const C* phases = row;
-      if (s > 1) {
-        const int64_t whole = t.span / s;  // elements j < whole of every phase
-        if (s == 2) {  // a constant stride: vectorised
-#pragma omp simd
-          for (int64_t j = 0; j < whole; ++j) buffer[j] = row[2 * j], buffer[P + j] = row[2 * j + 1];
-        } else {
-          for (int64_t j = 0; j < whole; ++j)
-            for (int64_t p = 0; p < s; ++p) buffer[p * P + j] = row[s * j + p];
-        }
-        for (int64_t p = 0; whole * s + p < t.span; ++p) buffer[p * P + whole] = row[whole * s + p];
-        phases = buffer;
-      }
       const C* runs[kMaxFusedTaps];
       const C* weights[kMaxFusedTaps];
-      static const C zeros[kPhaseElements] = {};
+      bool pad[kMaxFusedTaps];
       for (int64_t k = 0; k < t.K; ++k) {
-        runs[k] = t.phase_at[k] < 0 ? zeros : phases + t.phase_at[k] + x0;
+        pad[k] = t.start[k] == kPadRun;
         weights[k] = weight + k * n + x0;
       }
-      fused_taps(out, runs, weights, int(t.K), a, b);
+      if (s <= 2) {  // read in place, a constant stride apart
+        for (int64_t k = 0; k < t.K; ++k) runs[k] = pad[k] ? row : row + t.start[k] + s * x0;
+        if (s == 1) fused_taps<1>(out, runs, weights, pad, int(t.K), a, b);
+        else fused_taps<2>(out, runs, weights, pad, int(t.K), a, b);
+      } else {  // the row's phases, each in order: phases[p * P + j] = row[p + s * j]
+        C phases[kPhaseElements];
+        const int64_t whole = t.span / s;  // elements j < whole of every phase
+        for (int64_t j = 0; j < whole; ++j)
+          for (int64_t p = 0; p < s; ++p) phases[p * P + j] = row[s * j + p];
+        for (int64_t p = 0; whole * s + p < t.span; ++p) phases[p * P + whole] = row[whole * s + p];
+        for (int64_t k = 0; k < t.K; ++k) {
+          // Index s * r + c is element r + (c - p) / s of phase p = c mod s.
+          const int64_t c = t.start[k], p = (c % s + s) % s;
+          runs[k] = pad[k] ? phases : phases + p * P + (c - p) / s + x0;
+        }
+        fused_taps<1>(out, runs, weights, pad, int(t.K), a, b);
+      }
     }
     return;
   }

@@ -99,9 +99,9 @@ struct Taps {
   int64_t stride = 0;  // the runs' stride; 0: no runs
   std::vector<int64_t> index;
   std::vector<T> weight;
-  std::vector<int64_t> phase_at, from, to;  // run k: phases[phase_at[k] + r], r in [from, to)
-                                            // (phase_at -1: pads, reading zeros)
-  int64_t phase_len = 0;                    // each phase's elements, P (see gather_w)
+  std::vector<int64_t> start, from, to;  // run k: index stride * r + start[k], r in [from, to)
+                                         // (start kPadRun: pads, weight 0 reading a zero)
+  int64_t phase_len = 0;                 // elements of each phase of the input (see gather_w)
   int64_t nbytes() const {
     return int64_t(index.size() + from.size() * 3) * 8 + int64_t(weight.size() * sizeof(T));
   }
@@ -109,6 +109,7 @@ struct Taps {
 
 constexpr int64_t kMaxTapStride = 16;  // longer strides: gathers (rare; their phases are short)
 constexpr int64_t kMinTapRun = 16;     // shorter runs are not worth a phase
+constexpr int64_t kPadRun = INT64_MIN;  // a run of pad taps
 
 template <class T>
 void find_tap_runs(Taps<T>& t, int64_t pad) {
@@ -118,7 +119,7 @@ void find_tap_runs(Taps<T>& t, int64_t pad) {
   if (s < 1 || s > kMaxTapStride) return;
   t.stride = s;
   t.phase_len = (t.span + s - 1) / s;
-  t.phase_at.assign(t.K, 0);
+  t.start.assign(t.K, 0);
   t.from.assign(t.K, 0);
   t.to.assign(t.K, 0);
   for (int64_t k = 0; k < t.K; ++k) {
@@ -128,7 +129,7 @@ void find_tap_runs(Taps<T>& t, int64_t pad) {
       int64_t a = mid, b = mid + 1;
       while (a > 0 && ik[a - 1] == pad && wk[a - 1] == T(0)) --a;
       while (b < n && ik[b] == pad && wk[b] == T(0)) ++b;
-      t.phase_at[k] = -1, t.from[k] = a, t.to[k] = b;
+      t.start[k] = kPadRun, t.from[k] = a, t.to[k] = b;
       continue;
     }
     const int64_t c = ik[mid] - s * mid;
@@ -136,9 +137,7 @@ void find_tap_runs(Taps<T>& t, int64_t pad) {
     while (a > 0 && ik[a - 1] == s * (a - 1) + c) --a;
     while (b < n && ik[b] == s * b + c) ++b;
     if (b - a < kMinTapRun) continue;  // an empty run: tap k gathers
-    // Index s * r + c is element r + (c - p) / s of phase p = c mod s.
-    const int64_t p = (c % s + s) % s;
-    t.phase_at[k] = p * t.phase_len + (c - p) / s, t.from[k] = a, t.to[k] = b;
+    t.start[k] = c, t.from[k] = a, t.to[k] = b;
   }
 }
 
