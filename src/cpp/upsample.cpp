@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "dtypes.h"
+#include "simd.h"
 #include "upsample.h"
 #include "upsample_plan.h"
 #include "upsample_simd.h"
@@ -449,7 +450,22 @@ void backward_pass(const UpsampleArgs& a) {
       for (int64_t p = p0; p < p1; ++p) {
         // Along D: the source planes of row p, a tile of each row at a time.
         const int64_t first = dmap.starts[p], stop = dmap.starts[p + 1];
+        // The one or two source planes the next dst plane reads and this one does not
+        // (the backward of upsampling by 2): fetched ahead, row by row, where rows are
+        // short contiguous single channels, streams too short for the hardware to follow
+        // (measured: no faster with more planes, long rows or channels last).
+        int64_t ahead = stop, ahead_stop = stop;
+        if (p + 1 < p1 && inner == 1 && reader.step == 1 && run * int64_t(sizeof(S)) < 1024 &&
+            first < stop) {
+          ahead = dmap.starts[p + 1], ahead_stop = dmap.starts[p + 2];
+          while (ahead < ahead_stop && dmap.index[ahead] <= dmap.index[stop - 1]) ++ahead;
+          if (ahead_stop - ahead > 2) ahead = ahead_stop;
+        }
         for (int64_t h = lo; h < hi; ++h) {
+          for (int64_t k = ahead; k < ahead_stop; ++k) {
+            const S* next = s_base + dmap.index[k] * ps.ss[2] + h * ps.ss[3];
+            for (int64_t j = 0; j < run; j += 64 / int64_t(sizeof(S))) prefetch_(next + j);
+          }
           C* o = mapped_d + (h - lo) * row_len;
           if (first == stop) {
             for (int64_t j = 0; j < run; ++j) o[j] = C(0);
