@@ -463,13 +463,22 @@ void row_planes(const GridSampleArgs& a, const Geometry& g, int64_t* first, int6
         }
       }
     } else {  // monotonic: the row's extreme coordinates bound its planes
-      T low = T(INFINITY), high = T(-INFINITY);
-      for (int64_t w = 0; w < g.Wo; ++w) {
-        const T cz = load<G, T>(p + w * grid.stride[3]);
-        low = cz < low ? cz : low;  // NaN is passed over
-        high = cz > high ? cz : high;
+      // Four independent extremes (no chain of compares from point to point), then theirs.
+      constexpr int kWays = 4;
+      T low[kWays], high[kWays];
+      for (int u = 0; u < kWays; ++u) low[u] = T(INFINITY), high[u] = T(-INFINITY);
+      const int64_t step = grid.stride[3];
+      for (int64_t w = 0; w < g.Wo; w += kWays)
+        for (int u = 0; u < kWays && w + u < g.Wo; ++u) {
+          const T cz = load<G, T>(p + (w + u) * step);
+          low[u] = cz < low[u] ? cz : low[u];  // NaN is passed over
+          high[u] = cz > high[u] ? cz : high[u];
+        }
+      for (int u = 1; u < kWays; ++u) {
+        low[0] = std::min(low[0], low[u]);
+        high[0] = std::max(high[0], high[u]);
       }
-      plane_span<MODE, PADDING>(low, high, g.D, a.align_corners, lowest, highest);
+      plane_span<MODE, PADDING>(low[0], high[0], g.D, a.align_corners, lowest, highest);
     }
     if (lowest <= highest) {
       first[row] = n * g.D + lowest;
