@@ -126,6 +126,17 @@ def test_volresample_peer_is_the_align_corners_false_grid_sample():
                                rtol=1e-5, atol=1e-5)
 
 
+def test_time_calls_interleaves_rounds_until_each_has_its_repeats():
+    calls = []
+    timed = bench.time_calls({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+                             min_repeats=3, min_seconds=0.0)
+    assert calls == ["a", "b"] * 4  # the first calls, then three rounds
+    assert [timed[name][2] for name in "ab"] == [3, 3]
+    slow_apart = bench.time_calls({"a": lambda: calls.append("a"), "b": lambda: None},
+                                  min_repeats=2, min_seconds=0.0, max_seconds=0.0)
+    assert [slow_apart[name][2] for name in "ab"] == [1, 1]
+
+
 def test_time_call_stops_slow_calls_after_max_seconds():
     calls = []
     first, median, repeats = bench.time_call(lambda: calls.append(1), min_repeats=5,

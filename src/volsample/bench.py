@@ -337,24 +337,43 @@ def suite(shrink: int = 1) -> list[Workload]:
 # ---------------------------------------------------------------------------------------
 
 
-def time_call(fn, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds=10.0):
-    """(first call seconds, median seconds of the later calls, repeats).
+def time_calls(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds=10.0):
+    """{name: (first call seconds, median seconds of the later calls, repeats)} for the
+    callables ``fns`` (a dict), timed in rounds: each round calls every one still short of
+    its repeats once, so a machine that drifts (a shared VM) moves all of them alike and
+    their ratios hold.
 
-    Repeats are adaptive: at least ``min_repeats`` and ``min_seconds``, but a slow call
-    (the big shapes: seconds each) stops after ``max_seconds`` of repeats, at least one."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    times = []
-    budget_start = time.perf_counter()
-    while len(times) < max_repeats and (len(times) < min_repeats
-                                        or time.perf_counter() - budget_start < min_seconds):
-        if times and time.perf_counter() - budget_start >= max_seconds:
-            break
+    Repeats are adaptive, per callable: at least ``min_repeats`` and ``min_seconds`` of
+    its own time, but a slow call (the big shapes: seconds each) stops after
+    ``max_seconds`` of repeats, at least one."""
+    first, times, spent = {}, {name: [] for name in fns}, dict.fromkeys(fns, 0.0)
+    for name, fn in fns.items():
         start = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
-    return first, float(np.median(times)), len(times)
+        first[name] = time.perf_counter() - start
+
+    def wanted(name):
+        n = len(times[name])
+        if n >= max_repeats or (n and spent[name] >= max_seconds):
+            return False
+        return n < min_repeats or spent[name] < min_seconds
+
+    while any(wanted(name) for name in fns):
+        for name, fn in fns.items():
+            if wanted(name):
+                start = time.perf_counter()
+                fn()
+                elapsed = time.perf_counter() - start
+                times[name].append(elapsed)
+                spent[name] += elapsed
+    return {name: (first[name], float(np.median(times[name])), len(times[name]))
+            for name in fns}
+
+
+def time_call(fn, **limits):
+    """(first call seconds, median seconds of the later calls, repeats) of ``fn`` alone
+    (``time_calls``' limits)."""
+    return time_calls({"": fn}, **limits)[""]
 
 
 def copy_bandwidth(nbytes=1 << 27):
@@ -381,12 +400,10 @@ def run(workloads, threads=None, peers=PEERS, progress=True):
     results = []
     bar = ProgressBar(len(workloads), progress)
     for workload in workloads:
-        impls = workload.build()
+        impls = {name: fn for name, fn in workload.build().items()
+                 if name == "volsample" or name in peers}
         ours = None
-        for name, fn in impls.items():
-            if name != "volsample" and name not in peers:
-                continue
-            first, median, repeats = time_call(fn)
+        for name, (first, median, repeats) in time_calls(impls).items():
             result = Result(workload.name, name, median, first, repeats,
                             workload.nbytes / median / bandwidth)
             if name == "volsample":
