@@ -203,8 +203,9 @@ void gather_taps(C* out, const C* row, const Taps<C>& t, int64_t x0, int64_t lo,
 }
 
 // out[(x - x0) * (c1 - c0) + i - c0] = sum_k weight[k, x] * row[index[k, x] * inner + i]
-// for x in [x0, x1), i in [c0, c1): the W map on whole channel vectors, the first tap a
-// product and later ones fused in (two taps: fma(l0, v0, l1 * v1)).
+// for x in [x0, x1), i in [c0, c1): the W map, the first tap a product and later ones
+// fused in (two taps: fma(l0, v0, l1 * v1)). One channel: the taps' strided runs in one
+// pass, the rest by gathers; channels last: on whole channel vectors.
 template <class C>
 void gather_w(C* out, const C* row, const Taps<C>& t, int64_t inner, int64_t x0, int64_t x1,
               int64_t c0, int64_t c1) {
