@@ -258,6 +258,34 @@ def test_bitwise_identical_for_any_thread_count(mode, padding_mode, align_corner
             assert_bitwise_equal(name, a, b)
 
 
+@pytest.mark.parametrize("padding_mode", PADDINGS)
+def test_large_results_streamed_past_the_caches_keep_the_bits(padding_mode, monkeypatch):
+    # An 8 MB float32 result, on a cache line (as volsample allocates it): the kernel writes
+    # its whole vectors with non-temporal stores. PyTorch's bits, for any thread count; and
+    # the same bits from a result 4 bytes off a line, whose vectors it stores plainly.
+    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((1, 4, 16, 20, 24)).astype(np.float32)
+    grid = rng.uniform(-1.2, 1.2, (1, 64, 64, 128, 3)).astype(np.float32)
+    expected = torch_grid_sample(x, grid, "bilinear", padding_mode, False)
+    assert expected.nbytes >= 8 << 20
+    raw = np.empty(expected.size + 17, np.float32)
+    offset = (-raw.ctypes.data % 64) // 4 + 1
+    misaligned = raw[offset:offset + expected.size].reshape(expected.shape)
+    threads = volsample.get_num_threads()
+    try:
+        for n in sorted({1, 2, threads}):
+            volsample.set_num_threads(n)
+            out = volsample.grid_sample_3d(x, grid, "bilinear", padding_mode, False)
+            assert out.ctypes.data % 64 == 0
+            assert_bitwise_equal(f"{n} threads", out, expected)
+            misaligned[...] = np.nan
+            cpu_grid.forward(x, grid, misaligned, 0, PADDING_CODE[padding_mode], False, n)
+            assert_bitwise_equal(f"{n} threads, off a cache line", misaligned, expected)
+    finally:
+        volsample.set_num_threads(threads)
+
+
 def _strategy_case(strategy, rng):
     """Inputs that send the backward down each of its parallel strategies on two threads:
     a grid close to the identity (rows in one or two planes: slabs of planes, some rows

@@ -362,6 +362,11 @@ void forward_kernel(const GridSampleArgs& a) {
   const int64_t* os = a.output.stride;
   const int64_t chunks = chunks_for(g.rows, a.threads);
   const int64_t blocks = (g.Wo + L - 1) / L;
+  // A large result of the compute type, contiguous along x, goes past the caches in whole
+  // aligned vectors (measured 1.1-1.25x at C = 8, 33 MB; no change at 4 MB): the volume
+  // rows that the next output plane reads again then stay in L2.
+  const bool streamed = std::is_same_v<S, T> && os[4] == 1 &&
+                        g.N * g.C * g.Do * g.Ho * g.Wo * int64_t(sizeof(S)) >= kStreamedResultBytes;
 #pragma omp parallel num_threads(a.threads)
   {
     RowCoords<T> r(g.Wo);
@@ -402,13 +407,18 @@ void forward_kernel(const GridSampleArgs& a) {
               const int64_t ahead = c * blocks + b + kPrefetchBlocks;  // in (channel, block) order
               if (ahead < g.C * blocks)
                 row_samplers[ahead % blocks].reader.prefetch(in_n + ahead / blocks * is[1]);
-              store_lanes(out_c + b * L * os[4], os[4], std::min<int64_t>(L, g.Wo - b * L),
-                          row_samplers[b].sample(in_c));
+              S* o = out_c + b * L * os[4];
+              const V v = row_samplers[b].sample(in_c);
+              if (streamed && b * L + L <= g.Wo && reinterpret_cast<uintptr_t>(o) % sizeof v == 0)
+                stream_(reinterpret_cast<T*>(o), v);
+              else
+                store_lanes(o, os[4], std::min<int64_t>(L, g.Wo - b * L), v);
             }
           }
         }
       }
     }
+    if (streamed) stream_fence();
   }
 }
 

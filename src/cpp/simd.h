@@ -49,6 +49,17 @@ inline void prefetch_(const void* p) {
 #endif
 }
 
+// Results of at least this many bytes are written past the caches (non-temporal stores)
+// where a kernel can: they would not stay cached anyway, and their write-allocations would
+// evict what the kernel reuses (its volume rows, its scratch).
+constexpr int64_t kStreamedResultBytes = int64_t(8) << 20;
+
+// A vector stored past the caches, at p aligned to its size (the scalar build stores
+// plainly), and the fence that orders a thread's such stores before its later ones and
+// before the end of the parallel region that publishes them. The bits are a plain store's.
+template <class T> inline void stream_(T* p, T v) { *p = v; }
+inline void stream_fence();
+
 // Index vectors: L lanes of element offsets, int64 in the scalar build. The SIMD builds
 // use int32 lanes (a whole vector's offsets in one register, one multiply per stride) and
 // run only on volumes whose offsets fit in 31 bits; the kernels send larger ones to the
@@ -104,6 +115,7 @@ namespace vs {
   inline NAME operator-(NAME a) { return NAME(PRE##_xor_##SUF(a.v, PRE##_set1_##SUF(T(-0.0)))); } \
   template <> inline NAME load_<NAME>(const T* p) { return NAME(PRE##_loadu_##SUF(p)); }    \
   inline void store_(T* p, NAME x) { PRE##_storeu_##SUF(p, x.v); }                          \
+  inline void stream_(T* p, NAME x) { PRE##_stream_##SUF(p, x.v); }                         \
   inline NAME fmod_(NAME x, NAME y) {                                                       \
     alignas(64) T a[N], b[N];                                                               \
     store_(a, x);                                                                           \
@@ -124,6 +136,8 @@ namespace vs {
   inline NAME operator*(NAME a, NAME b) { return NAME(PRE##_mullo_epi32(a.v, b.v)); }       \
   inline void store_(int32_t* p, NAME x) { PRE##_storeu_##SI(reinterpret_cast<REG*>(p), x.v); }
 
+inline void stream_fence() { _mm_sfence(); }
+
 VS_INDEX_VECTOR(i32x4, __m128i, 4, _mm, si128)
 VS_INDEX_VECTOR(i32x8, __m256i, 8, _mm256, si256)
 
@@ -135,6 +149,10 @@ inline __m256 load_four_pairs(const float* base, const int32_t* at) {
   return _mm256_castpd_ps(_mm256_insertf128_pd(_mm256_castpd128_pd256(lo), hi, 1));
 }
 
+}  // namespace vs
+#else
+namespace vs {
+inline void stream_fence() {}  // the scalar build streams nothing
 }  // namespace vs
 #endif
 

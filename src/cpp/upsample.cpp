@@ -378,8 +378,8 @@ void forward_pass(const UpsampleArgs& a) {
   // slots are large too: then write-allocations would evict them (measured: 1.5x faster
   // at C = 32 channels last; no gain with NCDHW's small slots).
   const int64_t result_bytes = g.dst[0] * g.dst[1] * g.dst[2] * Hd * Wd * int64_t(sizeof(S));
-  const bool streamed =
-      result_bytes >= (8 << 20) && 2 * band * row_len * int64_t(sizeof(C)) >= (128 << 10);
+  const bool streamed = result_bytes >= kStreamedResultBytes &&
+                        2 * band * row_len * int64_t(sizeof(C)) >= (128 << 10);
 #pragma omp parallel num_threads(int(g.threads))
   {
     C* stage = ps.thread_scratch();

@@ -13,6 +13,7 @@
 #endif
 
 #include "dtypes.h"
+#include "simd.h"
 
 namespace vs {
 
@@ -119,14 +120,6 @@ inline void stream_run(T* out, const T* in, int64_t n) {
   }
 #endif
   for (; j < n; ++j) out[j] = in[j];
-}
-
-// Orders this thread's non-temporal stores before its later stores (and the end of the
-// parallel region that publishes them).
-inline void stream_fence() {
-#if defined(__AVX512F__) || defined(__AVX2__)
-  _mm_sfence();
-#endif
 }
 
 }  // namespace vs

@@ -26,7 +26,22 @@ def logical_shape(physical_shape_, layout: str) -> tuple[int, ...]:
     return tuple(physical_shape_[i] for i in _TO_LOGICAL[layout])
 
 
+# Where new results start: a cache line, so that a kernel's whole-vector rows are whole
+# lines (NumPy's own allocations start 16 bytes in), which the C++ kernels may then write
+# past the caches.
+ALIGNMENT = 64
+
+
 def empty(logical_shape_, dtype, layout: str, zero: bool = False) -> np.ndarray:
-    """A new volume, contiguous in ``layout``, returned as its logical view."""
-    make = np.zeros if zero else np.empty
-    return logical(make(physical_shape(logical_shape_, layout), dtype), layout)
+    """A new volume, contiguous in ``layout`` and starting on a cache line, returned as its
+    logical view."""
+    return logical(aligned_empty(physical_shape(logical_shape_, layout), dtype, zero), layout)
+
+
+def aligned_empty(shape, dtype, zero: bool = False) -> np.ndarray:
+    """``np.empty`` (or ``np.zeros``) of a C-contiguous array starting on a cache line."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = (np.zeros if zero else np.empty)(nbytes + ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % ALIGNMENT
+    return raw[start:start + nbytes].view(dtype).reshape(shape)

@@ -121,7 +121,7 @@ def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_m
     # once at the end) and writes grad_grid where points touch the volume.
     compute = _dtypes.compute_dtype(volume.dtype, grid.dtype)
     grad_input = _layout.empty(volume.shape, compute, layout, zero=True) if want_input else None
-    grad_grid = np.zeros(grid.shape, grid.dtype) if want_grid else None
+    grad_grid = _layout.aligned_empty(grid.shape, grid.dtype, zero=True) if want_grid else None
     points = int(np.prod(grid.shape[:4]))
     if (want_input or want_grid) and points and C:
         _cpu.backward(gout, volume, grid, grad_input, grad_grid, mode_code, padding_code,
