@@ -11,6 +11,7 @@ import torch
 from helpers import SIXTEEN_BIT, assert_bitwise_equal, assert_close, numpy_array, torch_tensor
 
 import volsample
+from volsample import _cpu
 from volsample import _reference as reference
 from volsample._cpu import grid_sample as cpu_grid
 
@@ -258,22 +259,27 @@ def test_bitwise_identical_for_any_thread_count(mode, padding_mode, align_corner
             assert_bitwise_equal(name, a, b)
 
 
+@pytest.mark.parametrize("isa", _cpu.supported_isas())
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("padding_mode", PADDINGS)
-def test_large_results_streamed_past_the_caches_keep_the_bits(padding_mode, monkeypatch):
-    # An 8 MB float32 result, on a cache line (as volsample allocates it): the kernel writes
-    # its whole vectors with non-temporal stores. PyTorch's bits, for any thread count; and
-    # the same bits from a result 4 bytes off a line, whose vectors it stores plainly.
+def test_large_results_streamed_past_the_caches_keep_the_bits(padding_mode, dtype, isa,
+                                                              monkeypatch):
+    # An 8 MB float32 (16 MB float64) result, on a cache line (as volsample allocates it):
+    # each SIMD build writes its whole vectors with non-temporal stores. PyTorch's bits, for
+    # any thread count; and the same bits from a result one element off a line, whose vectors
+    # it stores plainly.
     monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
     rng = np.random.default_rng(21)
-    x = rng.standard_normal((1, 4, 16, 20, 24)).astype(np.float32)
-    grid = rng.uniform(-1.2, 1.2, (1, 64, 64, 128, 3)).astype(np.float32)
+    x = rng.standard_normal((1, 4, 16, 20, 24)).astype(dtype)
+    grid = rng.uniform(-1.2, 1.2, (1, 64, 64, 128, 3)).astype(dtype)
     expected = torch_grid_sample(x, grid, "bilinear", padding_mode, False)
     assert expected.nbytes >= 8 << 20
-    raw = np.empty(expected.size + 17, np.float32)
-    offset = (-raw.ctypes.data % 64) // 4 + 1
+    raw = np.empty(expected.size + 17, dtype)
+    offset = (-raw.ctypes.data % 64) // raw.itemsize + 1
     misaligned = raw[offset:offset + expected.size].reshape(expected.shape)
-    threads = volsample.get_num_threads()
+    threads, previous_isa = volsample.get_num_threads(), _cpu.isa()
     try:
+        _cpu.set_isa(isa)
         for n in sorted({1, 2, threads}):
             volsample.set_num_threads(n)
             out = volsample.grid_sample_3d(x, grid, "bilinear", padding_mode, False)
@@ -284,6 +290,7 @@ def test_large_results_streamed_past_the_caches_keep_the_bits(padding_mode, monk
             assert_bitwise_equal(f"{n} threads, off a cache line", misaligned, expected)
     finally:
         volsample.set_num_threads(threads)
+        _cpu.set_isa(previous_isa)
 
 
 def _strategy_case(strategy, rng):
