@@ -653,7 +653,6 @@ struct Backward {
     F f;
     std::optional<CornerReader<MODE, V>> reader;
     V cw[8];
-    V yz[4], xz[4], xy[4];  // two axes' weight products, indexed by those axes' bits
     V sx, sy, sz;
     alignas(64) Lane gi_lanes[L];
     unsigned live;                // the valid lanes
@@ -676,15 +675,6 @@ struct Backward {
       if (kGradient) reader.emplace(f, g, kernel.a.input.stride);
       if (MODE == NEAREST) cw[0] = V(T(1));
       else f.corner_weights(cw);
-      if (kGradient) {
-        const V* wt = f.weight;
-        for (int j = 0; j < 4; ++j) {
-          const int lo = j & 1, hi = j >> 1;
-          yz[j] = wt[2 + lo] * wt[4 + hi];
-          xz[j] = wt[lo] * wt[4 + hi];
-          xy[j] = wt[lo] * wt[2 + hi];
-        }
-      }
       if (SCATTER) {  // each corner's lanes, clipped to the task's planes
         store_(gi_lanes, f.offset(kernel.a.grad_input.stride));
         live = unsigned((uint64_t(1) << valid) - 1);
@@ -746,19 +736,20 @@ struct Backward {
       if (kGradient) {
         V v[8];
         reader->read(k->inp + n * a.input.stride[0] + c * a.input.stride[1], v);
-        const V zero(T(0));
-        for (int i = 0; i < 8; ++i) v[i] = select(f.corner[i], v[i], zero);
-        // d(sum of v * corner weight)/d(ix, iy, iz): along each axis, the differences of
-        // the corner pairs that axis' bit tells apart, weighted by the other two axes.
-        const V gx = yz[0] * (v[1] - v[0]) + yz[1] * (v[3] - v[2]) + yz[2] * (v[5] - v[4]) +
-                     yz[3] * (v[7] - v[6]);
-        const V gy = xz[0] * (v[2] - v[0]) + xz[1] * (v[3] - v[1]) + xz[2] * (v[6] - v[4]) +
-                     xz[3] * (v[7] - v[5]);
-        const V gz = xy[0] * (v[4] - v[0]) + xy[1] * (v[5] - v[1]) + xy[2] * (v[6] - v[2]) +
-                     xy[3] * (v[7] - v[3]);
-        sx = sx + gv * gx;
-        sy = sy + gv * gy;
-        sz = sz + gv * gz;
+        // PyTorch's terms in PyTorch's order: corner by corner, each axis' sum gains
+        // +-((value * weight) * weight) * grad_output, the other two axes' weights in axis
+        // order, + where the corner is the axis' high tap. A corner outside adds nothing
+        // (not even 0 * inf).
+        const V* wt = f.weight;
+        for (int i = 0; i < 8; ++i) {
+          const V wx = wt[i & 1], wy = wt[2 + (i >> 1 & 1)], wz = wt[4 + (i >> 2)];
+          const V vx = v[i] * wx, vy = v[i] * wy;
+          const V tx = vy * wz * gv, ty = vx * wz * gv, tz = vx * wy * gv;
+          const M in = f.corner[i];
+          sx = select(in, (i & 1) ? sx + tx : sx - tx, sx);
+          sy = select(in, (i >> 1 & 1) ? sy + ty : sy - ty, sy);
+          sz = select(in, (i >> 2) ? sz + tz : sz - tz, sz);
+        }
       }
       if (SCATTER) {
         alignas(64) T terms[8][L];
