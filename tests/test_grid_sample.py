@@ -13,6 +13,7 @@ from helpers import SIXTEEN_BIT, assert_bitwise_equal, assert_close, numpy_array
 import volsample
 from volsample import _cpu
 from volsample import _reference as reference
+from volsample import _calls
 from volsample._cpu import grid_sample as cpu_grid
 
 MODES = ["bilinear", "nearest"]
@@ -286,7 +287,9 @@ def test_large_results_streamed_past_the_caches_keep_the_bits(padding_mode, dtyp
             assert out.ctypes.data % 64 == 0
             assert_bitwise_equal(f"{n} threads", out, expected)
             misaligned[...] = np.nan
-            cpu_grid.forward(x, grid, misaligned, 0, PADDING_CODE[padding_mode], False, n)
+            call = _calls.grid_sample(_calls.operand("input", x), _calls.operand("grid", grid),
+                                      0, PADDING_CODE[padding_mode], False)
+            cpu_grid.forward(call, x, grid, misaligned, n)
             assert_bitwise_equal(f"{n} threads, off a cache line", misaligned, expected)
     finally:
         volsample.set_num_threads(threads)
@@ -318,8 +321,9 @@ def test_backward_parallel_strategies(strategy, mode, padding_mode, align_corner
     PyTorch's values; the inputs do reach the strategy they are named after."""
     monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
     x, grid, grad_out = _strategy_case(strategy, np.random.default_rng(14))
-    slabs = cpu_grid.backward_slabs(x, grid, True, MODE_CODE[mode], PADDING_CODE[padding_mode],
-                                    align_corners, 2)
+    call = _calls.grid_sample(_calls.operand("input", x), _calls.operand("grid", grid),
+                              MODE_CODE[mode], PADDING_CODE[padding_mode], align_corners)
+    slabs = cpu_grid.backward_slabs(call, x, grid, 2)
     assert (len(slabs) - 1 == 1) == (strategy == "random"), slabs
     results = {}
     previous = volsample.get_num_threads()

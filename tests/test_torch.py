@@ -26,6 +26,8 @@ from helpers import assert_close  # noqa: E402
 import volsample  # noqa: E402
 import volsample.torch as vt  # noqa: E402
 from volsample import InvalidArgumentError, UnsupportedDTypeError  # noqa: E402
+from volsample._cpu import grid_sample as cpu_grid_sample  # noqa: E402
+from volsample._cpu import upsample as cpu_upsample  # noqa: E402
 from volsample.torch import _common, _grid_sample, _upsample  # noqa: E402
 
 ops = torch.ops.volsample
@@ -174,13 +176,13 @@ def test_grid_sample_gradcheck(mode, padding_mode, align_corners):
 @pytest.mark.parametrize("input_grad,grid_grad", [(True, False), (False, True), (True, True)])
 def test_only_the_gradients_asked_for_are_computed(monkeypatch, input_grad, grid_grad):
     masks = []
-    real = volsample.grid_sample.grid_sample_3d_backward
+    real = cpu_grid_sample.backward
 
-    def spy(*args, **kwargs):
-        masks.append(tuple(args[6]))  # output_mask
-        return real(*args, **kwargs)
+    def spy(call, *args, **kwargs):
+        masks.append(call.output_mask)
+        return real(call, *args, **kwargs)
 
-    monkeypatch.setattr(volsample.grid_sample, "grid_sample_3d_backward", spy)
+    monkeypatch.setattr(cpu_grid_sample, "backward", spy)
     x = torch.randn(1, 2, 3, 4, 5, dtype=torch.float64, requires_grad=input_grad)
     grid = (torch.rand(1, 2, 3, 4, 3, dtype=torch.float64) * 2 - 1).requires_grad_(grid_grad)
     vt.grid_sample(x, grid).square().sum().backward()
@@ -347,26 +349,25 @@ def test_numpy_views_share_the_tensors_memory(dtype, fmt):
     t = in_format(torch.randn(2, 3, 4, 5, 6).to(dtype), fmt)
     layout = _common.layout(t)
     assert layout == ("NDHWC" if fmt == "channels_last" else "NCDHW")
-    arr = _common.to_numpy(t, layout)
-    assert arr.ctypes.data == t.data_ptr() and arr.flags.c_contiguous
-    logical = arr.transpose(0, 4, 1, 2, 3) if layout == "NDHWC" else arr
-    np.testing.assert_array_equal(logical.astype(np.float64), t.double().numpy())
-    back = _common.from_numpy(arr, layout)
-    assert back.data_ptr() == arr.ctypes.data and back.dtype == dtype
-    assert back.shape == t.shape and back.stride() == t.stride()
+    arr = _common.cpu_array(t)
+    assert arr.ctypes.data == t.data_ptr() and arr.shape == t.shape
+    assert [s // arr.itemsize for s in arr.strides] == list(t.stride())
+    physical = arr.transpose(0, 2, 3, 4, 1) if layout == "NDHWC" else arr
+    assert physical.flags.c_contiguous
+    np.testing.assert_array_equal(arr.astype(np.float64), t.double().numpy())
 
 
 class Spy:
-    """Wraps a NumPy API function; records the arrays it received and returned."""
+    """Wraps a C++ backend launcher; records the call description and the arrays it got
+    (operands, then the results it writes)."""
 
     def __init__(self, monkeypatch, module, name):
         self.real, self.calls = getattr(module, name), []
         monkeypatch.setattr(module, name, self)
 
-    def __call__(self, *args, **kwargs):
-        result = self.real(*args, **kwargs)
-        self.calls.append((args, kwargs, result))
-        return result
+    def __call__(self, call, *arrays):
+        self.calls.append((call, arrays))
+        return self.real(call, *arrays)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -376,10 +377,10 @@ def test_ops_pass_tensor_memory_both_ways(monkeypatch, dtype, fmt):
     grid = torch.rand(1, 3, 4, 5, 3).to(dtype) * 2 - 1
     go = in_format(torch.randn(1, 4, 3, 4, 5).to(dtype), fmt)
     go_up = in_format(torch.randn(1, 4, 10, 12, 14).to(dtype), fmt)
-    spies = [Spy(monkeypatch, volsample.grid_sample, "grid_sample_3d"),
-             Spy(monkeypatch, volsample.grid_sample, "grid_sample_3d_backward"),
-             Spy(monkeypatch, volsample.upsample, "upsample_trilinear_3d"),
-             Spy(monkeypatch, volsample.upsample, "upsample_trilinear_3d_backward")]
+    spies = [Spy(monkeypatch, cpu_grid_sample, "forward"),
+             Spy(monkeypatch, cpu_grid_sample, "backward"),
+             Spy(monkeypatch, cpu_upsample, "forward"),
+             Spy(monkeypatch, cpu_upsample, "backward")]
     results = [vt.grid_sample(x, grid), *ops.grid_sampler_3d_backward(go, x, grid, 0, 0, False,
                                                                       [True, True]),
                vt.upsample_trilinear(x, scale_factor=2),
@@ -387,13 +388,13 @@ def test_ops_pass_tensor_memory_both_ways(monkeypatch, dtype, fmt):
     received = [(spies[0], (x, grid)), (spies[1], (go, x, grid)), (spies[2], (x,)),
                 (spies[3], (go_up,))]
     for spy, tensors in received:
-        (args, kwargs, _), = spy.calls
-        for arr, t in zip(args, tensors):
+        (call, arrays), = spy.calls
+        for arr, t in zip(arrays, tensors):
             assert arr.ctypes.data == t.data_ptr(), f"{spy.real.__name__} got a copy"
-        assert kwargs["layout"] == ("NDHWC" if fmt == "channels_last" else "NCDHW")
-    returned = [spies[0].calls[0][2], *spies[1].calls[0][2], spies[2].calls[0][2],
-                spies[3].calls[0][2]]
-    for tensor, arr in zip(results, returned):
+        assert call.layout == ("NDHWC" if fmt == "channels_last" else "NCDHW")
+    written = [spies[0].calls[0][1][2], *spies[1].calls[0][1][3:], spies[2].calls[0][1][1],
+               spies[3].calls[0][1][1]]
+    for tensor, arr in zip(results, written):
         assert tensor.data_ptr() == arr.ctypes.data, "result copied"
 
 

@@ -4,7 +4,7 @@ Grid sampling (trilinear and nearest) and trilinear upsampling, forward and back
 NumPy arrays; ``volsample.torch`` adds PyTorch autograd and custom ops, and
 ``volsample.aclnn`` the CANN two-phase API.
 """
-from ._checks import InvalidArgumentError, UnsupportedDTypeError, VolsampleError
+from ._errors import InvalidArgumentError, UnsupportedDTypeError, VolsampleError
 from ._config import get_deterministic, get_num_threads, set_deterministic, set_num_threads
 from .grid_sample import grid_sample_3d, grid_sample_3d_backward
 from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward

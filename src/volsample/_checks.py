@@ -1,7 +1,8 @@
 """Argument checks shared by every front door.
 
 One checker per kind of precondition; every message names the argument, says what was
-expected and echoes what came. All checks run before any work is done.
+expected and echoes what came. All checks run before any work is done. The checks of a
+whole call are assembled in ``_calls`` (the op layer).
 """
 from __future__ import annotations
 
@@ -11,47 +12,9 @@ import numbers
 import numpy as np
 
 from . import _dtypes
-from ._modes import BILINEAR, BORDER, NEAREST, REFLECTION, ZEROS
+from ._errors import InvalidArgumentError, UnsupportedDTypeError, VolsampleError
 
-
-class VolsampleError(Exception):
-    """Base class of every error volsample raises on bad input."""
-
-
-class InvalidArgumentError(VolsampleError, ValueError):
-    """A value, shape, size or mode that the operator does not accept."""
-
-
-class UnsupportedDTypeError(VolsampleError, TypeError):
-    """An array of a dtype the operator does not accept, or of mixed dtypes."""
-
-
-MODES = {"bilinear": BILINEAR, "nearest": NEAREST}
-PADDING_MODES = {"zeros": ZEROS, "border": BORDER, "reflection": REFLECTION}
-LAYOUTS = ("NCDHW", "NDHWC")
-
-
-def _choice(name: str, value, table: dict):
-    if not isinstance(value, str) or value not in table:
-        raise InvalidArgumentError(
-            f"{name}: expected one of {', '.join(repr(k) for k in table)}, got {value!r}")
-    return table[value]
-
-
-def mode_code(mode) -> int:
-    """The kernel integer of an interpolation mode string."""
-    return _choice("mode", mode, MODES)
-
-
-def padding_code(padding_mode) -> int:
-    """The kernel integer of a padding mode string."""
-    return _choice("padding_mode", padding_mode, PADDING_MODES)
-
-
-def layout_name(layout) -> str:
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise InvalidArgumentError(f"layout: expected 'NCDHW' or 'NDHWC', got {layout!r}")
-    return layout
+__all__ = ["VolsampleError", "InvalidArgumentError", "UnsupportedDTypeError"]
 
 
 def boolean(name: str, value) -> bool:
@@ -70,48 +33,58 @@ def output_mask(value) -> tuple[bool, bool]:
     return bool(items[0]), bool(items[1])
 
 
-def array(name: str, value, ndim: int, labels: bool = False) -> np.ndarray:
-    """``value`` as a NumPy array of a supported floating dtype (or, with ``labels``, an
-    integer label dtype) and rank ``ndim``."""
-    if not isinstance(value, np.ndarray):
-        if hasattr(value, "__array__") or isinstance(value, (list, tuple)):
-            value = np.asarray(value)
-        else:
-            raise UnsupportedDTypeError(f"{name}: expected a NumPy array, got {type(value).__name__}")
-    if not _dtypes.is_supported(value.dtype) and not (labels and value.dtype in _dtypes.LABELS):
-        hint = (" (integer label maps, uint8/int16/int32, are sampled by grid_sample_3d with "
-                "mode='nearest' only)" if value.dtype in _dtypes.LABELS else "")
-        raise UnsupportedDTypeError(
-            f"{name}: expected dtype float16, bfloat16, float32 or float64, got {value.dtype}"
-            + hint)
-    if value.ndim != ndim:
+def ndarray(name: str, value) -> np.ndarray:
+    """``value`` as a NumPy array (array-likes are converted; other objects refused)."""
+    if isinstance(value, np.ndarray):
+        return value
+    if hasattr(value, "__array__") or isinstance(value, (list, tuple)):
+        return np.asarray(value)
+    raise UnsupportedDTypeError(f"{name}: expected a NumPy array, got {type(value).__name__}")
+
+
+def _plain(dtype_name: str) -> str:
+    return dtype_name
+
+
+def volume_dtype(name: str, dtype: np.dtype, spell=_plain, labels: bool = False) -> None:
+    """A float dtype the operators take (or, with ``labels``, an integer label dtype).
+    ``spell`` names a dtype (given its NumPy name) as the caller's front door does."""
+    if _dtypes.is_supported(dtype) or (labels and dtype in _dtypes.LABELS):
+        return
+    hint = (" (integer label maps, uint8/int16/int32, are sampled by grid_sample_3d with "
+            "mode='nearest' only)" if dtype in _dtypes.LABELS else "")
+    names = [spell(n) for n in _dtypes.SUPPORTED_NAMES]
+    raise UnsupportedDTypeError(f"{name}: expected dtype {', '.join(names[:-1])} or {names[-1]}, "
+                                f"got {spell(dtype.name)}" + hint)
+
+
+def rank(name: str, shape, ndim: int, noun: str = "array") -> None:
+    if len(shape) != ndim:
         raise InvalidArgumentError(
-            f"{name}: expected a {ndim}-D array, got {value.ndim}-D with shape {value.shape}")
-    return value
+            f"{name}: expected a {ndim}-D {noun}, got {len(shape)}-D with shape {tuple(shape)}")
 
 
-def same_dtype(name: str, arr: np.ndarray, reference_name: str, reference: np.ndarray) -> None:
-    if arr.dtype != reference.dtype:
-        raise UnsupportedDTypeError(
-            f"{name}: expected dtype {reference.dtype} (the dtype of {reference_name}), got {arr.dtype}")
+def same_dtype(name: str, dtype: np.dtype, reference_name: str, reference: np.dtype,
+               spell=_plain) -> None:
+    if dtype != reference:
+        raise UnsupportedDTypeError(f"{name}: expected dtype {spell(reference.name)} (the dtype "
+                                    f"of {reference_name}), got {spell(dtype.name)}")
 
 
-def grid_dtype(grid: np.ndarray, volume: np.ndarray) -> None:
+def grid_dtype(name: str, grid: np.dtype, volume_name: str, volume: np.dtype,
+               spell=_plain) -> None:
     """A grid shares the volume's dtype, or is float32/float64 beside a 16-bit volume or an
-    integer label map."""
-    if volume.dtype in _dtypes.LABELS:
-        if grid.dtype in (_dtypes.FLOAT32, _dtypes.FLOAT64):
-            return
+    integer label map (``_dtypes.grid_dtype_allowed``)."""
+    if _dtypes.grid_dtype_allowed(volume, grid):
+        return
+    wide = f"{spell('float32')} or {spell('float64')}"
+    if volume in _dtypes.LABELS:
         raise UnsupportedDTypeError(
-            f"grid: expected dtype float32 or float64 with an integer ({volume.dtype}) input, "
-            f"got {grid.dtype}")
-    if grid.dtype == volume.dtype:
-        return
-    if _dtypes.is_sixteen_bit(volume.dtype) and grid.dtype in (_dtypes.FLOAT32, _dtypes.FLOAT64):
-        return
+            f"{name}: expected dtype {wide} with an integer ({spell(volume.name)}) "
+            f"{volume_name}, got {spell(grid.name)}")
     raise UnsupportedDTypeError(
-        f"grid: expected dtype {volume.dtype} (the dtype of input), or float32/float64 with a "
-        f"float16/bfloat16 input, got {grid.dtype}")
+        f"{name}: expected dtype {spell(volume.name)} (the dtype of {volume_name}), or {wide} "
+        f"with a float16/bfloat16 {volume_name}, got {spell(grid.name)}")
 
 
 def shape_equal(name: str, shape, expected, what: str) -> None:
@@ -190,27 +163,3 @@ def optional_scales(name: str, value, length: int) -> tuple[float | None, ...]:
         raise InvalidArgumentError(
             f"{name}: expected None or {length} numbers-or-None, got {len(items)}: {value!r}")
     return tuple(None if v is None else _finite_real(name, v, value) for v in items)
-
-
-def upsample_output_size(in_spatial, size, scale_factor):
-    """Upsampling's output spatial size and per-axis forward scales (None where ``size``
-    was given), from exactly one of ``size`` and ``scale_factor``."""
-    if (size is None) == (scale_factor is None):
-        raise InvalidArgumentError(
-            "size, scale_factor: expected exactly one of them, got "
-            + ("both" if size is not None else "neither"))
-    if size is not None:
-        if isinstance(size, (list, tuple, np.ndarray)):
-            return int_sequence("size", size, 3, 1), (None, None, None)
-        return (positive_int("size", size),) * 3, (None, None, None)
-    scales = scale_factors("scale_factor", scale_factor, 3)
-    out = tuple(math.floor(n * s) for n, s in zip(in_spatial, scales))  # float64, as PyTorch
-    if max(out) > MAX_SIZE:
-        raise InvalidArgumentError(
-            f"scale_factor: expected an output of at most 2**40 voxels per axis, got "
-            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
-    if min(out) < 1:
-        raise InvalidArgumentError(
-            f"scale_factor: expected an output of at least 1 voxel per axis, got "
-            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
-    return out, scales

@@ -18,6 +18,7 @@ FLOAT32 = np.dtype(np.float32)
 FLOAT64 = np.dtype(np.float64)
 # Integer label maps: nearest grid sampling (forward) copies their values exactly.
 LABELS = (np.dtype(np.uint8), np.dtype(np.int16), np.dtype(np.int32))
+SUPPORTED_NAMES = ("float16", "bfloat16", "float32", "float64")
 
 
 def __getattr__(name):
@@ -40,6 +41,14 @@ def is_sixteen_bit(dtype: np.dtype) -> bool:
 def is_supported(dtype: np.dtype) -> bool:
     """A float dtype the operators take: float16, bfloat16, float32, float64."""
     return dtype in (FLOAT32, FLOAT64) or is_sixteen_bit(dtype)
+
+
+def grid_dtype_allowed(volume: np.dtype, grid: np.dtype) -> bool:
+    """A grid shares the volume's dtype, or is float32/float64 beside a 16-bit volume
+    (mixed precision) or an integer label map."""
+    if grid == volume and volume not in LABELS:
+        return True
+    return grid in (FLOAT32, FLOAT64) and (is_sixteen_bit(volume) or volume in LABELS)
 
 
 def compute_dtype(volume_dtype, grid_dtype=None) -> np.dtype:

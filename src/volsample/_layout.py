@@ -1,21 +1,36 @@
-"""NCDHW / NDHWC: kernels index volumes in logical (N, C, D, H, W) order; a channels-last
-array is the same data seen through a transposed view, never a copy."""
+"""NCDHW / NDHWC, the two memory orders of a volume: the table of their axis permutations.
+
+Kernels index volumes in logical (N, C, D, H, W) order; a channels-last array is the same
+data seen through a transposed view, never a copy."""
 from __future__ import annotations
 
 import numpy as np
 
+from ._errors import InvalidArgumentError
+
 _TO_LOGICAL = {"NCDHW": (0, 1, 2, 3, 4), "NDHWC": (0, 4, 1, 2, 3)}
 _TO_PHYSICAL = {"NCDHW": (0, 1, 2, 3, 4), "NDHWC": (0, 2, 3, 4, 1)}
+LAYOUTS = tuple(_TO_LOGICAL)
 
 
-def logical(arr: np.ndarray, layout: str) -> np.ndarray:
-    """View of a volume stored in ``layout`` with axes in (N, C, D, H, W) order."""
-    return arr.transpose(_TO_LOGICAL[layout])
+def check(layout) -> str:
+    """``layout`` itself, if it names a layout."""
+    if not isinstance(layout, str) or layout not in _TO_LOGICAL:
+        raise InvalidArgumentError(f"layout: expected 'NCDHW' or 'NDHWC', got {layout!r}")
+    return layout
 
 
-def physical(arr: np.ndarray, layout: str) -> np.ndarray:
+def logical(arr, layout: str):
+    """View of a volume stored in ``layout`` with axes in (N, C, D, H, W) order (NumPy
+    arrays and torch tensors alike)."""
+    return arr.transpose(_TO_LOGICAL[layout]) if isinstance(arr, np.ndarray) else \
+        arr.permute(_TO_LOGICAL[layout])
+
+
+def physical(arr, layout: str):
     """Inverse of ``logical``: the (N, C, D, H, W) view back in ``layout`` order."""
-    return arr.transpose(_TO_PHYSICAL[layout])
+    return arr.transpose(_TO_PHYSICAL[layout]) if isinstance(arr, np.ndarray) else \
+        arr.permute(_TO_PHYSICAL[layout])
 
 
 def physical_shape(logical_shape, layout: str) -> tuple[int, ...]:

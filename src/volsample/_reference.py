@@ -1,51 +1,25 @@
-"""Float64 NumPy reference implementation: the SPEC written as vectorised formulas.
+"""Float64 NumPy reference implementation: docs/semantics.md written as vectorised formulas.
 
 Slow and plain on purpose. Tests and benchmarks import it as an oracle independent of the
-kernels; nothing in the library calls it. Arrays are logical NCDHW; results are float64.
+kernels; nothing in the library calls it. It shares the coordinate maths of ``_coords``
+(the Python home of those formulas) and writes the rest out. Arrays are logical NCDHW;
+results are float64.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import _coords
+from ._tables import PADDINGS
+
 # ---------------------------------------------------------------------------------------
-# Grid sampling (SPEC §2)
+# Grid sampling (docs/semantics.md, section 2)
 # ---------------------------------------------------------------------------------------
-
-
-def _unnormalize(coord, size, align_corners):
-    if align_corners:
-        return (coord + 1) / 2 * (size - 1), np.full_like(coord, (size - 1) / 2)
-    return ((coord + 1) * size - 1) / 2, np.full_like(coord, size / 2)
-
-
-def _clip(x, size):
-    inside = (x > 0) & (x < size - 1)
-    return np.clip(x, 0, size - 1), inside.astype(np.float64)
-
-
-def _reflect(x, twice_low, twice_high):
-    if twice_low == twice_high:
-        return np.zeros_like(x), np.zeros_like(x)
-    low, span = twice_low / 2, (twice_high - twice_low) / 2
-    x = x - low
-    sign = np.where(x < 0, -1.0, 1.0)
-    x = np.abs(x)
-    extra = np.fmod(x, span)
-    even = np.fmod(np.floor(x / span), 2) == 0
-    return np.where(even, extra + low, span - extra + low), np.where(even, sign, -sign)
 
 
 def source_index(coord, size, padding_mode, align_corners):
     """Padded voxel coordinate of a normalised coordinate, and its derivative."""
-    x, grad = _unnormalize(coord, size, align_corners)
-    if padding_mode in ("border", "reflection"):
-        if padding_mode == "reflection":
-            bounds = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
-            x, g = _reflect(x, *bounds)
-            grad = grad * g
-        x, g = _clip(x, size)
-        grad = grad * g
-    return x, grad
+    return _coords.source_index(np, coord, size, PADDINGS.code(padding_mode), align_corners)
 
 
 def _sample_corners(grid, shape, mode, padding_mode, align_corners):
@@ -125,7 +99,7 @@ def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_m
     return grad_input, grad_grid
 
 # ---------------------------------------------------------------------------------------
-# Upsampling (SPEC §3)
+# Upsampling (docs/semantics.md, section 3)
 # ---------------------------------------------------------------------------------------
 
 

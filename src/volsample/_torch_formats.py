@@ -9,7 +9,7 @@ import torch
 def is_channels_last(t: torch.Tensor) -> bool:
     """Whether the 5-D volume ``t`` is channels-last: its channel stride is the smallest of
     the strides of its non-trivial dimensions (as ``torch.channels_last_3d`` lays it out)."""
-    if t.shape[1] <= 1:
+    if t.dim() != 5 or t.shape[1] <= 1:  # not a volume (yet to be refused), or one channel
         return False
     spatial = [t.stride(i) for i in (2, 3, 4) if t.shape[i] > 1]
     return not spatial or t.stride(1) < min(spatial)

@@ -17,6 +17,7 @@ halo (more when the halo's rows are much shorter than a page: chunk W generously
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import mmap
 import sys
@@ -25,8 +26,10 @@ import dask
 import dask.array as da
 import numpy as np
 
-from . import _checks, _dtypes
-from .grid_sample import grid_sample_3d
+from . import _calls, _checks, _coords, _dtypes, _layout
+from ._cpu import grid_sample as _backend
+from ._errors import InvalidArgumentError
+from ._tables import BORDER, MODES, PADDINGS, REFLECTION
 
 # Linux's MAP_NORESERVE (Python < 3.13 does not name it): a mapping larger than memory
 # plus swap is then not refused up front by the kernel's overcommit heuristic.
@@ -83,19 +86,22 @@ def warp(volume, displacement, mode="bilinear", padding_mode="border", align_cor
     padding clamps into range, and reflection padding reads the whole axis when the range
     leaves the volume (a reflected point may land anywhere on it).
     """
-    _checks.mode_code(mode)
-    _checks.padding_code(padding_mode)
-    align_corners = _checks.boolean("align_corners", align_corners)
+    mode, padding = MODES.code(mode), PADDINGS.code(padding_mode)
     volume = da.asarray(volume)
-    _check_dask_array("volume", volume, 5)
-    _checks.nonempty_spatial("volume", volume.shape[2:])
     field = displacement if isinstance(displacement, da.Array) else np.asarray(displacement)
-    _check_dask_array("displacement", field, 5)
+    # The arrays as a warp takes them (the volume first); the op layer checks the rest.
+    for name, array in (("volume", volume), ("displacement", field)):
+        _checks.volume_dtype(name, array.dtype)
+        _checks.rank(name, array.shape, 5)
     if field.shape[-1] != 3 or field.shape[0] != volume.shape[0]:
-        raise _checks.InvalidArgumentError(
+        raise InvalidArgumentError(
             f"displacement: expected shape ({volume.shape[0]}, Do, Ho, Wo, 3) (N of volume, "
             f"channels x, y, z), got {field.shape}")
     dtype = _dtypes.compute_dtype(volume.dtype, field.dtype)
+    # The call every chunk makes, checked once: the chunks' grids are in the compute dtype.
+    call = _calls.grid_sample(_calls.operand("volume", volume),
+                              _calls.Operand("displacement", field.shape, dtype), mode, padding,
+                              align_corners)
     out_shape, in_shape = tuple(field.shape[1:4]), tuple(volume.shape[2:])
     if chunks is None:
         chunks = field.chunks[1:4] if isinstance(field, da.Array) else volume.chunksize[2:]
@@ -116,23 +122,14 @@ def warp(volume, displacement, mode="bilinear", padding_mode="border", align_cor
         origin = tuple(int(spatial_edges[a][i]) for a, i in enumerate((z, y, x)))
         size = tuple(int(spatial_edges[a][i + 1]) - o
                      for a, (i, o) in enumerate(zip((z, y, x), origin)))
-        halo = _halo(ranges[b, z, y, x], padding_mode, in_shape)
+        halo = _halo(ranges[b, z, y, x], padding, in_shape)
         batch, channels = slice(n_edges[b], n_edges[b + 1]), slice(c_edges[c], c_edges[c + 1])
         task = dask.delayed(_warp_block)(
             volume[(batch, channels) + halo], field.blocks[b, z, y, x, 0], origin, halo,
-            out_shape, in_shape, mode, padding_mode, align_corners, dtype)
+            out_shape, in_shape, call)
         blocks[index] = da.from_delayed(
             task, (batch.stop - batch.start, channels.stop - channels.start) + size, volume.dtype)
     return da.block(blocks.tolist())
-
-
-def _check_dask_array(name, value, ndim):
-    if not _dtypes.is_supported(value.dtype):
-        raise _checks.UnsupportedDTypeError(
-            f"{name}: expected dtype float16, bfloat16, float32 or float64, got {value.dtype}")
-    if value.ndim != ndim:
-        raise _checks.InvalidArgumentError(
-            f"{name}: expected a {ndim}-D array, got {value.ndim}-D with shape {value.shape}")
 
 
 def _origins(chunks):
@@ -162,8 +159,7 @@ def _grid_block(displacement, origin, out_shape, in_shape, align_corners, dtype)
 def _voxel(grid, in_shape, align_corners):
     """Voxel coordinates (x, y, z) of a normalised grid, in float64 (for the halos only)."""
     size = np.array(in_shape[::-1], np.float64)
-    g = grid.astype(np.float64)
-    return (g + 1) / 2 * (size - 1) if align_corners else ((g + 1) * size - 1) / 2
+    return _coords.unnormalize(np, grid.astype(np.float64), size, align_corners)[0]
 
 
 def _coordinate_range(field_block, out_shape, in_shape, align_corners, grid_dtype,
@@ -190,7 +186,7 @@ def _nan_extreme(values, reduce, empty):
     return out
 
 
-def _halo(extremes, padding_mode, in_shape):
+def _halo(extremes, padding, in_shape):
     """Slices (D, H, W) of the voxels a block reads, from its coordinate ``extremes``."""
     halo = []
     for axis, size in enumerate(in_shape):  # D, H, W: channels z, y, x
@@ -198,23 +194,27 @@ def _halo(extremes, padding_mode, in_shape):
         if low > high:  # no finite coordinate: nothing is read
             halo.append(slice(0, 0))
             continue
-        if padding_mode == "border":  # points outside read the clamped coordinate
+        if padding == BORDER:  # points outside read the clamped coordinate
             low, high = min(max(low, 0.0), size - 1.0), min(max(high, 0.0), size - 1.0)
         first, last = math.floor(max(low, -2.0)) - 1, math.floor(min(high, size + 1.0)) + 2
-        if padding_mode == "reflection" and (first < 0 or last > size - 1):
+        if padding == REFLECTION and (first < 0 or last > size - 1):
             first, last = 0, size - 1
         first, last = max(first, 0), min(last, size - 1)
         halo.append(slice(first, last + 1) if first <= last else slice(0, 0))
     return tuple(halo)
 
 
-def _warp_block(region, field_block, origin, halo, out_shape, in_shape, mode, padding_mode,
-                align_corners, dtype):
-    """One output block, sampled from ``region`` (the volume's voxels in ``halo``)."""
-    grid = _grid_block(field_block, origin, out_shape, in_shape, align_corners, dtype)
-    full = _full_view(region, in_shape, halo, dtype)
-    return grid_sample_3d(full, grid, mode, padding_mode, align_corners).astype(
-        region.dtype, copy=False)
+def _warp_block(region, field_block, origin, halo, out_shape, in_shape, call):
+    """One output block, sampled from ``region`` (the volume's voxels in ``halo``) by the
+    C++ backend, with ``call`` (the whole warp's description) cut to this block."""
+    grid = _grid_block(field_block, origin, out_shape, in_shape, call.align_corners,
+                       call.compute_dtype)
+    full = _full_view(region, in_shape, halo, call.compute_dtype)
+    block = dataclasses.replace(call, input_shape=full.shape, grid_shape=grid.shape,
+                                dtype=full.dtype, grid_dtype=grid.dtype)
+    out = _layout.empty(block.output_shape, block.dtype, block.layout)
+    _backend.forward(block, full, grid, out)
+    return out.astype(region.dtype, copy=False)
 
 
 def _full_view(region, in_shape, halo, dtype):

@@ -1,35 +1,16 @@
 """3-D grid sampling: ``grid_sample_3d`` and its backward, ``grid_sample_3d_backward``.
 
 The NumPy front door of the operator family of ``torch.nn.functional.grid_sample`` on 5-D
-inputs and of CANN's ``aclnnGridSampler3DBackward``. Semantics: SPEC §2.
+inputs and of CANN's ``aclnnGridSampler3DBackward``: arguments become a checked call
+description (``_calls``), which the C++ backend runs. Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import _checks, _config, _dtypes, _layout
-from ._cpu import grid_sample as _cpu
-
-
-def _validate(input, grid, mode, padding_mode, align_corners, layout, labels=False):
-    """Check the arguments every grid-sampling call shares; return them normalised.
-    ``labels``: integer label maps are taken, with mode "nearest"."""
-    layout = _checks.layout_name(layout)
-    mode_code = _checks.mode_code(mode)
-    padding_code = _checks.padding_code(padding_mode)
-    align_corners = _checks.boolean("align_corners", align_corners)
-    input = _checks.array("input", input, 5, labels=labels and mode_code == _checks.NEAREST)
-    grid = _checks.array("grid", grid, 5)
-    _checks.grid_dtype(grid, input)
-    volume = _layout.logical(input, layout)
-    if grid.shape[-1] != 3:
-        raise _checks.InvalidArgumentError(
-            f"grid: expected last dimension 3 (x, y, z), got shape {grid.shape}")
-    if grid.shape[0] != volume.shape[0]:
-        raise _checks.InvalidArgumentError(
-            f"grid: expected batch size {volume.shape[0]} (input's N), got shape {grid.shape}")
-    _checks.nonempty_spatial("input", volume.shape[2:])
-    return volume, grid, mode_code, padding_code, align_corners, layout
+from . import _calls, _checks, _layout
+from ._cpu import grid_sample as _backend
+from ._tables import MODES, PADDINGS
 
 
 def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False,
@@ -71,14 +52,13 @@ def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_cor
     >>> volsample.grid_sample_3d(volume, centre, align_corners=True).ravel()
     array([3.5], dtype=float32)
     """
-    volume, grid, mode_code, padding_code, align_corners, layout = _validate(
-        input, grid, mode, padding_mode, align_corners, layout, labels=True)
-    N, C = volume.shape[:2]
-    out = _layout.empty((N, C) + grid.shape[1:4], volume.dtype, layout)
-    if out.size:
-        _cpu.forward(volume, grid, out, mode_code, padding_code, align_corners,
-                     _config.threads_for(out.size))
-    return _layout.physical(out, layout)
+    mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
+    input, grid = _checks.ndarray("input", input), _checks.ndarray("grid", grid)
+    call = _calls.grid_sample(_calls.operand("input", input), _calls.operand("grid", grid), mode,
+                              padding_mode, align_corners, layout, labels=True)
+    out = _layout.empty(call.output_shape, call.dtype, call.layout)
+    _backend.forward(call, _layout.logical(input, call.layout), grid, out)
+    return _layout.physical(out, call.layout)
 
 
 def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_mode="zeros",
@@ -106,28 +86,20 @@ def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_m
     gradient is gathered per input plane, with no atomics). ``grad_grid`` is exactly 0
     for nearest sampling and for non-finite grid points.
     """
-    volume, grid, mode_code, padding_code, align_corners, layout = _validate(
-        input, grid, mode, padding_mode, align_corners, layout)
-    want_input, want_grid = _checks.output_mask(output_mask)
-    grad_output = _checks.array("grad_output", grad_output, 5)
-    _checks.same_dtype("grad_output", grad_output, "input", input)
-    gout = _layout.logical(grad_output, layout)
-    N, C = volume.shape[:2]
-    _checks.shape_equal("grad_output", grad_output.shape,
-                        _layout.physical_shape((N, C) + grid.shape[1:4], layout),
-                        f"shape (the forward's output shape, {layout})")
-
-    # The kernel adds into grad_input (a compute-precision accumulator for 16 bits, rounded
-    # once at the end) and writes grad_grid where points touch the volume.
-    compute = _dtypes.compute_dtype(volume.dtype, grid.dtype)
-    grad_input = _layout.empty(volume.shape, compute, layout, zero=True) if want_input else None
-    grad_grid = _layout.aligned_empty(grid.shape, grid.dtype, zero=True) if want_grid else None
-    points = int(np.prod(grid.shape[:4]))
-    if (want_input or want_grid) and points and C:
-        _cpu.backward(gout, volume, grid, grad_input, grad_grid, mode_code, padding_code,
-                      align_corners, _config.threads_for(points * C))
+    mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
+    arrays = [_checks.ndarray(name, value) for name, value in
+              (("grad_output", grad_output), ("input", input), ("grid", grid))]
+    call = _calls.grid_sample_backward(
+        *(_calls.operand(name, a) for name, a in zip(("grad_output", "input", "grid"), arrays)),
+        mode, padding_mode, align_corners, output_mask, layout)
+    grad_output, input, grid = arrays
+    want_input, want_grid = call.output_mask
+    grad_input = _layout.empty(call.input_shape, call.dtype, call.layout) if want_input else None
+    grad_grid = _layout.aligned_empty(call.grid_shape, call.grid_dtype) if want_grid else None
+    _backend.backward(call, _layout.logical(grad_output, call.layout),
+                      _layout.logical(input, call.layout), grid, grad_input, grad_grid)
     if grad_input is not None:
-        grad_input = _layout.physical(grad_input, layout).astype(volume.dtype, copy=False)
+        grad_input = _layout.physical(grad_input, call.layout)
     return grad_input, grad_grid
 
 
@@ -143,10 +115,7 @@ def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
     """
     dtype = np.dtype(dtype)
     grid_dtype = np.dtype(grid_dtype if grid_dtype is not None else dtype)
-    points = int(np.prod(grid_shape[:4]))
-    C = int(input_shape[1])
-    if not any(output_mask) or points == 0 or C == 0:
-        return 0
-    threads = _config.threads_for(points * C) if threads is None else threads
-    return int(_cpu.workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype,
-                                     tuple(output_mask), threads))
+    call = _calls.GridSample(tuple(input_shape), tuple(grid_shape), dtype, grid_dtype,
+                             MODES.code("bilinear"), PADDINGS.code("zeros"), False,
+                             output_mask=tuple(output_mask))
+    return int(_backend.workspace_nbytes(call, threads))

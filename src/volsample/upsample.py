@@ -2,55 +2,24 @@
 ``upsample_trilinear_3d_backward``.
 
 The NumPy front door of the operator family of ``torch.nn.functional.interpolate`` with
-``mode="trilinear"`` and of CANN's ``aclnnUpsampleTrilinear3dBackward``. Semantics: SPEC §3.
-Both directions apply one 1-D map per axis (the C++ kernels, ``src/cpp/upsample.cpp``);
-a volume whose spatial size does not change is copied.
+``mode="trilinear"`` and of CANN's ``aclnnUpsampleTrilinear3dBackward``: arguments become a
+checked call description (``_calls``), which the C++ backend runs. Both directions apply
+one 1-D map per axis (``src/cpp/upsample.cpp``); a volume whose spatial size does not
+change is copied. Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from . import _checks, _config, _layout
-from ._cpu import upsample as _kernels
+from . import _calls, _checks, _layout
+from ._cpu import upsample as _backend
 
 
-def _identity(src_shape, dst_shape):
-    """Whether no spatial size changes (the call is then a copy)."""
-    return tuple(src_shape[2:]) == tuple(dst_shape[2:])
-
-
-def _work(src_shape, dst_shape):
-    """Elementary items of a call, for ``_config.threads_for``: voxels of the larger volume."""
-    return max(math.prod(src_shape), math.prod(dst_shape))
-
-
-def _resample(src, dst_shape, align_corners, scales, layout, transposed):
-    """The logical volume ``src`` mapped to a new logical volume of ``dst_shape`` in
-    ``layout``, of ``src``'s dtype: by the forward's maps, or with ``transposed`` by their
-    adjoints."""
-    if 0 in dst_shape:  # a zero N or C: nothing to compute
-        return _layout.empty(dst_shape, src.dtype, layout)
-    if _identity(src.shape, dst_shape):
-        out = _layout.empty(dst_shape, src.dtype, layout)
-        np.copyto(out, src)
-        return out
-    threads = _config.threads_for(_work(src.shape, dst_shape))
-    launch = _kernels.backward if transposed else _kernels.forward
-    return launch(src, dst_shape, align_corners, scales, layout, threads)
-
-
-def _workspace_nbytes(input_shape, output_shape, dtype, align_corners, scales, layout,
-                      threads, backward):
-    """Scratch bytes of the forward from logical ``input_shape`` to ``output_shape``, or
-    with ``backward`` of its adjoint; mirrors ``_resample``."""
-    src_shape, dst_shape = (output_shape, input_shape) if backward else (input_shape, output_shape)
-    if 0 in dst_shape or _identity(src_shape, dst_shape):
-        return 0
-    threads = threads or _config.threads_for(_work(src_shape, dst_shape))
-    return _kernels.workspace_nbytes(src_shape, dst_shape, dtype, align_corners, scales, layout,
-                                     threads, backward)
+def _shapes_call(input_shape, output_shape, dtype, align_corners, scales, layout):
+    """The description of a call between logical shapes (the workspace queries)."""
+    return _calls.Upsample(tuple(int(v) for v in input_shape),
+                           tuple(int(v) for v in output_shape), np.dtype(dtype),
+                           bool(align_corners), tuple(scales), _layout.check(layout))
 
 
 def forward_workspace_nbytes(input_shape, output_size, dtype, align_corners=False,
@@ -63,12 +32,12 @@ def forward_workspace_nbytes(input_shape, output_size, dtype, align_corners=Fals
     It counts the float32 copies of a 16-bit input and result, the per-axis tables, and
     each running thread's scratch (bands of rows of planes, sized to stay in L2).
     """
-    input_shape = tuple(int(v) for v in input_shape)
-    output_shape = input_shape[:2] + tuple(int(v) for v in output_size)
+    input_shape = tuple(input_shape)
     scales = (None,) * 3 if scale_factor is None else _checks.scale_factors(
         "scale_factor", scale_factor, 3)
-    return _workspace_nbytes(input_shape, output_shape, dtype, align_corners, scales,
-                             _checks.layout_name(layout), threads, backward=False)
+    call = _shapes_call(input_shape, input_shape[:2] + tuple(output_size), dtype,
+                        align_corners, scales, layout)
+    return _backend.workspace_nbytes(call, backward=False, threads=threads)
 
 
 def backward_workspace_nbytes(grad_output_shape, input_size, dtype, align_corners=False,
@@ -80,10 +49,9 @@ def backward_workspace_nbytes(grad_output_shape, input_size, dtype, align_corner
     default as many as the call would take now). It counts the per-axis tables and
     each running thread's scratch planes (16-bit data is read and written in place).
     """
-    return _workspace_nbytes(tuple(int(v) for v in input_size),
-                             tuple(int(v) for v in grad_output_shape), dtype, align_corners,
-                             _checks.optional_scales("scales", scales, 3),
-                             _checks.layout_name(layout), threads, backward=True)
+    call = _shapes_call(input_size, grad_output_shape, dtype, align_corners,
+                        _checks.optional_scales("scales", scales, 3), layout)
+    return _backend.workspace_nbytes(call, backward=True, threads=threads)
 
 
 def upsample_trilinear_3d(input, size=None, scale_factor=None, align_corners=False,
@@ -125,15 +93,12 @@ def upsample_trilinear_3d(input, size=None, scale_factor=None, align_corners=Fal
     >>> volsample.upsample_trilinear_3d(volume, size=(1, 1, 3), align_corners=True).ravel()
     array([0. , 0.5, 1. ])
     """
-    layout = _checks.layout_name(layout)
-    align_corners = _checks.boolean("align_corners", align_corners)
-    input = _checks.array("input", input, 5)
-    volume = _layout.logical(input, layout)
-    _checks.nonempty_spatial("input", volume.shape[2:])
-    out_spatial, scales = _checks.upsample_output_size(volume.shape[2:], size, scale_factor)
-    out = _resample(volume, volume.shape[:2] + out_spatial, align_corners, scales, layout,
-                    transposed=False)
-    return _layout.physical(out, layout)
+    input = _checks.ndarray("input", input)
+    call = _calls.upsample(_calls.operand("input", input), size, scale_factor, align_corners,
+                           layout)
+    out = _layout.empty(call.output_shape, call.dtype, call.layout)
+    _backend.forward(call, _layout.logical(input, call.layout), out)
+    return _layout.physical(out, call.layout)
 
 
 def upsample_trilinear_3d_backward(grad_output, input_size, align_corners=False, scales=None,
@@ -172,17 +137,9 @@ def upsample_trilinear_3d_backward(grad_output, input_size, align_corners=False,
     >>> volsample.upsample_trilinear_3d_backward(grad, (1, 1, 1, 1, 2), align_corners=True).ravel()
     array([1.5, 1.5])
     """
-    layout = _checks.layout_name(layout)
-    align_corners = _checks.boolean("align_corners", align_corners)
-    grad_output = _checks.array("grad_output", grad_output, 5)
-    input_size = _checks.int_sequence("input_size", input_size, 5, 0)
-    _checks.nonempty_spatial("input_size", input_size[2:])
-    scales = _checks.optional_scales("scales", scales, 3)
-    gout = _layout.logical(grad_output, layout)
-    if gout.shape[:2] != input_size[:2]:
-        raise _checks.InvalidArgumentError(
-            f"grad_output: expected N, C = {input_size[:2]} (those of input_size), got logical "
-            f"shape {gout.shape} ({layout})")
-    _checks.nonempty_spatial("grad_output", gout.shape[2:])
-    grad_input = _resample(gout, input_size, align_corners, scales, layout, transposed=True)
-    return _layout.physical(grad_input, layout)
+    grad_output = _checks.ndarray("grad_output", grad_output)
+    call = _calls.upsample_backward(_calls.operand("grad_output", grad_output), input_size,
+                                    align_corners, scales, layout)
+    grad_input = _layout.empty(call.input_shape, call.dtype, call.layout)
+    _backend.backward(call, _layout.logical(grad_output, call.layout), grad_input)
+    return _layout.physical(grad_input, call.layout)

@@ -1,57 +1,80 @@
-"""Launchers of the C++ grid-sampling kernels, and the scratch memory they allocate.
+"""The C++ grid-sampling kernels behind a checked ``_calls.GridSample``: launch them, and
+count the scratch memory they allocate.
 
-Operands arrive checked, volumes in logical (N, C, D, H, W) order with any strides, in
+Operands are NumPy arrays, volumes as logical (N, C, D, H, W) views with any strides, in
 their own dtypes: the kernels read 16-bit volumes, grads and grids from their memory and
-compute in float32 (float64 beside a float64 grid). The forward's result has the volume's
-dtype (rounded once); ``grad_grid`` has the grid's. ``grad_input`` is the compute-precision
-accumulator the kernel adds into (zeroed by the caller), rounded by the caller.
+compute in the call's compute dtype (float32, or float64 beside a float64 grid). Results
+are written whole into the arrays the caller allocated (the volume's dtype; ``grad_grid``
+the grid's); a 16-bit ``grad_input`` is accumulated in a compute-precision buffer and
+rounded once.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .. import _dtypes
+from .. import _config, _layout
 from . import _kernels, operand
 
 
-def forward(volume, grid, out, mode_code, padding_code, align_corners, threads):
-    """Sample ``volume`` at ``grid`` into ``out`` (``volume``'s dtype; integer label maps
-    too, nearest only: exact copies of voxel values)."""
-    _kernels.grid_sample_forward(operand(volume), operand(grid), operand(out), mode_code,
-                                 padding_code, align_corners, threads)
+def _threads(call, work: int, threads) -> int:
+    return _config.threads_for(work) if threads is None else threads
 
 
-def backward(grad_output, volume, grid, grad_input, grad_grid, mode_code, padding_code,
-             align_corners, threads):
-    """Add the input gradient into ``grad_input`` (zeros, compute dtype) and write the
-    grid gradient into ``grad_grid`` (zeros, the grid's dtype); either may be None, not
-    to be computed."""
-    _kernels.grid_sample_backward(operand(grad_output), operand(volume), operand(grid),
-                                  operand(grad_input), operand(grad_grid), mode_code,
-                                  padding_code, align_corners, threads)
+def forward(call, input, grid, out, threads=None) -> None:
+    """Sample ``input`` at ``grid`` into ``out`` (integer label maps too, nearest only:
+    exact copies of voxel values)."""
+    if out.size == 0:
+        return
+    _kernels.grid_sample_forward(operand(input), operand(grid), operand(out), call.mode,
+                                 call.padding, call.align_corners,
+                                 _threads(call, out.size, threads))
 
 
-def backward_slabs(volume, grid, want_grid, mode_code, padding_code, align_corners, threads):
+def backward(call, grad_output, input, grid, grad_input, grad_grid, threads=None) -> None:
+    """Write the gradients ``call.output_mask`` asks for into ``grad_input`` and
+    ``grad_grid`` (None for one not asked for)."""
+    C = call.input_shape[1]
+    if grad_grid is not None:
+        grad_grid[...] = 0  # the kernel writes the points that touch the volume
+    if grad_input is None:
+        accumulator = None
+    elif grad_input.dtype == call.compute_dtype:
+        accumulator = grad_input
+        accumulator[...] = 0
+    else:  # 16 bits: summed in the compute dtype, rounded once below
+        accumulator = _layout.empty(call.input_shape, call.compute_dtype, call.layout, zero=True)
+    if (accumulator is not None or grad_grid is not None) and call.points and C:
+        _kernels.grid_sample_backward(
+            operand(grad_output), operand(input), operand(grid), operand(accumulator),
+            operand(grad_grid), call.mode, call.padding, call.align_corners,
+            _threads(call, call.points * C, threads))
+    if accumulator is not None and accumulator is not grad_input:
+        np.copyto(grad_input, accumulator, casting="unsafe")
+
+
+def backward_slabs(call, input, grid, threads) -> list[int]:
     """Bounds [0, ..., N*D] of the slabs of input planes the backward splits grad_input
     into on ``threads`` threads (one slab: a single task scatters every point)."""
-    return _kernels.grid_sample_backward_slabs(operand(volume), operand(grid), want_grid,
-                                               mode_code, padding_code, align_corners, threads)
+    return _kernels.grid_sample_backward_slabs(operand(input), operand(grid), call.output_mask[1],
+                                               call.mode, call.padding, call.align_corners,
+                                               threads)
 
 
-def workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype, output_mask, threads):
+def workspace_nbytes(call, threads=None) -> int:
     """Bytes the backward allocates beyond its results: the compute-precision accumulator
     of a 16-bit grad_input, and with several threads the plan that splits it into slabs
     (each output row's range of input planes, the rows touching each plane, the slab
-    bounds). The per-thread row tables (a few KiB) are not counted."""
-    want_input, _ = output_mask
-    if not want_input:
+    bounds). The kernels' per-thread row tables, a few KiB, are not counted."""
+    want_input, _ = call.output_mask
+    C = call.input_shape[1]
+    if not want_input or call.points == 0 or C == 0:
         return 0
-    compute = _dtypes.compute_dtype(dtype, grid_dtype)
-    N, _, D = (int(v) for v in input_shape[:3])
+    threads = _threads(call, call.points * C, threads)
+    N, _, D = call.input_shape[:3]
     total = 0
-    if np.dtype(dtype) != compute:
-        total += int(np.prod(input_shape)) * compute.itemsize
+    if call.dtype != call.compute_dtype:
+        total += int(np.prod(call.input_shape)) * call.compute_dtype.itemsize
     if threads > 1:
-        rows = int(np.prod(grid_shape[:3]))
+        rows = int(np.prod(call.grid_shape[:3]))
         total += rows * 2 * 8 + (N * D + 1) * 8 + (threads + 1) * 8
     return total

@@ -1,17 +1,18 @@
-"""Launchers of the C++ upsampling kernels (``src/cpp/upsample.cpp``): allocate the
-result, hand the operands over, and count the scratch the kernels allocate.
+"""The C++ upsampling kernels (``src/cpp/upsample.cpp``) behind a checked
+``_calls.Upsample``: launch them, and count the scratch they allocate.
 
-Arguments come checked, volumes as logical (N, C, D, H, W) views of arrays stored in
-``layout``; ``scales`` are the forward's three scale factors (None or <= 0: none). A call
-that changes no spatial size is the caller's copy. Results are new arrays contiguous in
-``layout``, of the operand's dtype (16-bit data is computed in float32 inside the kernels
-and rounded once).
+Operands are NumPy arrays, volumes as logical (N, C, D, H, W) views of memory in
+``call.layout`` (any strides); results are written whole into the caller's arrays, of the
+operand's dtype (16-bit data is computed in float32 inside the kernels and rounded once).
+A call that changes no spatial size is a copy.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .. import _dtypes, _layout
+from .. import _config, _dtypes
 from . import _kernels, operand
 
 
@@ -19,35 +20,44 @@ def _scales(scales) -> tuple[float, float, float]:
     return tuple(float(s) if s is not None and s > 0 else 0.0 for s in scales)
 
 
-def _resample(kernel, src, dst_shape, align_corners, scales, layout, threads):
-    dst = _layout.empty(dst_shape, src.dtype, layout)
-    kernel(operand(src), operand(dst), layout == "NDHWC", align_corners, _scales(scales),
-           threads)
-    return dst
+def _threads(src_shape, dst_shape, threads) -> int:
+    """Voxels of the larger volume are the call's elementary items."""
+    if threads is not None:
+        return threads
+    return _config.threads_for(max(math.prod(src_shape), math.prod(dst_shape)))
 
 
-def forward(input, output_shape, align_corners, scales, layout, threads):
-    """``input`` resampled to logical ``output_shape`` (the same N, C)."""
-    return _resample(_kernels.upsample_forward, input, output_shape, align_corners, scales,
-                     layout, threads)
+def _resample(kernel, call, src, dst, threads):
+    if dst.size == 0:  # a zero N or C: nothing to compute
+        return
+    if call.identity:
+        np.copyto(dst, src)
+        return
+    kernel(operand(src), operand(dst), call.layout == "NDHWC", call.align_corners,
+           _scales(call.scales), _threads(src.shape, dst.shape, threads))
 
 
-def backward(grad_output, input_shape, align_corners, scales, layout, threads):
-    """The forward's adjoint applied to ``grad_output``: the gradient of logical shape
-    ``input_shape``."""
-    return _resample(_kernels.upsample_backward, grad_output, input_shape, align_corners,
-                     scales, layout, threads)
+def forward(call, input, out, threads=None) -> None:
+    """``input`` resampled into ``out`` (the call's output shape)."""
+    _resample(_kernels.upsample_forward, call, input, out, threads)
 
 
-def workspace_nbytes(src_shape, dst_shape, dtype, align_corners, scales, layout, threads,
-                     backward):
-    """Bytes the kernel of one call (``forward`` or, with ``backward``, ``backward``)
-    from logical ``src_shape`` to ``dst_shape`` allocates beyond its result: the per-axis
-    tables and each running thread's scratch."""
-    double = _dtypes.compute_dtype(dtype) == _dtypes.FLOAT64
+def backward(call, grad_output, grad_input, threads=None) -> None:
+    """The forward's adjoint applied to ``grad_output``, into ``grad_input``."""
+    _resample(_kernels.upsample_backward, call, grad_output, grad_input, threads)
+
+
+def workspace_nbytes(call, backward: bool, threads=None) -> int:
+    """Bytes the kernel of the call's forward (or, with ``backward``, of its backward)
+    allocates beyond its result: the per-axis tables and each running thread's scratch."""
+    src, dst = ((call.output_shape, call.input_shape) if backward
+                else (call.input_shape, call.output_shape))
+    if 0 in dst or call.identity:
+        return 0
+    double = _dtypes.compute_dtype(call.dtype) == _dtypes.FLOAT64
     return int(_kernels.upsample_workspace_nbytes(
-        tuple(src_shape), tuple(dst_shape), double, layout == "NDHWC", align_corners,
-        _scales(scales), threads, backward))
+        tuple(src), tuple(dst), double, call.layout == "NDHWC", call.align_corners,
+        _scales(call.scales), _threads(src, dst, threads), backward))
 
 
 def axis_map(in_size, out_size, align_corners, scale, dtype, transposed=False):

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._modes import BORDER, NEAREST, REFLECTION
+from .._tables import BORDER, NEAREST, REFLECTION
 from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
                is_channels_last, new_volume, on_device_of_first_argument, programs,
                split_spatial, tile, tl_dtype)

@@ -1,10 +1,11 @@
-"""What the operator families share: zero-copy views between CPU tensors and NumPy
-arrays, layouts, torch-level argument checks and the GPU backend.
+"""What the operator families share: the torch front door's half of the op layer (tensors
+as ``_calls.Operand``s, PyTorch's exception classes), zero-copy NumPy views of CPU tensors
+for the C++ backend, memory formats and the GPU backend.
 
-A CPU tensor reaches the NumPy API as a view of its own memory: a channels-last tensor
-as its (N, D, H, W, C) physical view with ``layout="NDHWC"``, a bfloat16 tensor through
-its int16 bits viewed as ``ml_dtypes.bfloat16``. Results come back the same way, so the
-torch layer adds no copy in either direction.
+A CPU tensor reaches the C++ kernels as a NumPy view of its own memory in logical (N, C,
+D, H, W) order, whatever its strides (a bfloat16 tensor through its int16 bits viewed as
+``ml_dtypes.bfloat16``); results are tensors allocated here, which the kernels write
+through such views. The torch layer adds no copy in either direction.
 """
 from __future__ import annotations
 
@@ -18,14 +19,14 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from .. import _checks
+from .. import _calls, _checks
 from .._torch_formats import is_channels_last, memory_format
 
 _TO_NUMPY = {torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
              torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
-_TO_TORCH = {v: k for k, v in _TO_NUMPY.items()}
-_NDHWC = (0, 2, 3, 4, 1)  # logical (N, C, D, H, W) -> physical channels-last
-_NCDHW = (0, 4, 1, 2, 3)  # and back
+
+# How the torch front door speaks: tensors, torch dtypes, logical shapes.
+TORCH = _calls.Dialect(noun="tensor", spell=lambda name: f"torch.{name}", names_layout=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -45,35 +46,19 @@ def empty_volume(shape, like: torch.Tensor, dtype=None) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------
-# Tensors <-> NumPy arrays, without copies
+# CPU tensors as NumPy arrays, without copies
 # ---------------------------------------------------------------------------------------
 
 
-def to_numpy(t: torch.Tensor, layout: str = "NCDHW") -> np.ndarray:
-    """The memory of the CPU tensor ``t`` as a NumPy array, in ``layout``'s axis order
-    (a volume's physical order); a view, never a copy, whatever the strides."""
+def cpu_array(t: torch.Tensor | None) -> np.ndarray | None:
+    """The memory of the CPU tensor ``t`` as a NumPy array of the same (logical) shape and
+    strides: a view, never a copy. None stays None (an output not asked for)."""
+    if t is None:
+        return None
     t = t.detach()
-    if layout == "NDHWC":
-        t = t.permute(_NDHWC)
     if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: reinterpret the bits
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
-
-
-def from_numpy(arr: np.ndarray, layout: str = "NCDHW") -> torch.Tensor:
-    """The NumPy API's result ``arr`` (physical order of ``layout``) as a tensor in logical
-    order that shares its memory."""
-    if arr.size == 0:
-        # NumPy gives empty arrays all-zero strides; torch's own are what fake results carry.
-        shape = arr.shape if layout == "NCDHW" else tuple(arr.shape[i] for i in _NCDHW)
-        return torch.empty(shape, dtype=_TO_TORCH[arr.dtype],
-                           memory_format=(torch.channels_last_3d if layout == "NDHWC"
-                                          else torch.contiguous_format))
-    if arr.dtype == _TO_NUMPY[torch.bfloat16]:
-        t = torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
-    else:
-        t = torch.from_numpy(arr)
-    return t.permute(_NCDHW) if layout == "NDHWC" else t
 
 
 # ---------------------------------------------------------------------------------------
@@ -124,18 +109,22 @@ def raises_torch_errors(fn):
 # Torch-level checks (the NumPy API's own checks run again on CPU tensors)
 # ---------------------------------------------------------------------------------------
 
-_DTYPE_NAMES = "torch.float16, torch.bfloat16, torch.float32 or torch.float64"
-
-
-def tensor(name: str, value) -> torch.Tensor:
-    """``value`` as a 5-D tensor of a supported dtype (every operand here is 5-D)."""
+def operand(name: str, value) -> _calls.Operand:
+    """A tensor argument as the op layer takes it (its logical shape and NumPy dtype);
+    only a tensor of a dtype volsample has gets that far."""
     if not isinstance(value, torch.Tensor):
         raise DTypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
     if value.dtype not in _TO_NUMPY:
-        raise DTypeError(f"{name}: expected dtype {_DTYPE_NAMES}, got {value.dtype}")
-    if value.dim() != 5:
-        raise ArgumentError(
-            f"{name}: expected a 5-D tensor, got {value.dim()}-D with shape {tuple(value.shape)}")
+        names = [TORCH.spell(n) for n in ("float16", "bfloat16", "float32", "float64")]
+        raise DTypeError(f"{name}: expected dtype {', '.join(names[:-1])} or {names[-1]}, "
+                         f"got {value.dtype}")
+    return _calls.Operand(name, tuple(value.shape), _TO_NUMPY[value.dtype])
+
+
+def tensor(name: str, value) -> torch.Tensor:
+    """``value`` as a 5-D tensor of a supported dtype (the public functions' early check;
+    the ops' builders repeat none of it but the rank)."""
+    _checks.rank(name, operand(name, value).shape, 5, TORCH.noun)
     return value
 
 
@@ -145,12 +134,6 @@ def same_device(**tensors: torch.Tensor) -> None:
     if len(devices) > 1:
         found = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
         raise ArgumentError(f"expected all tensors on one device, got {found}")
-
-
-def same_dtype(name: str, t: torch.Tensor, reference_name: str, reference: torch.Tensor) -> None:
-    if t.dtype != reference.dtype:
-        raise DTypeError(f"{name}: expected dtype {reference.dtype} "
-                         f"(the dtype of {reference_name}), got {t.dtype}")
 
 
 def align_corners(value) -> bool:

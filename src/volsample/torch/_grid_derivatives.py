@@ -3,7 +3,7 @@
 The forward ``out = sum_k W_k(grid) * input[corner_k]`` is linear in the input; its
 derivatives in the grid come from the trilinear weights ``W_k = wx * wy * wz`` (per axis
 ``w = 1 - f`` or ``f``), each axis' voxel coordinate having the piecewise-constant slope
-``s`` of unnormalising and padding (SPEC §2). Along a grid direction ``t``:
+``s`` of unnormalising and padding (``volsample._coords``). Along a grid direction ``t``:
 
 - ``dW_k = sum_a t_a * s_a * (+-1)_a * (product of the other two weights)``;
 - the backward's grid gradient ``sum_{c,k} go * V_k * dW_k/dg_a`` has the derivative
@@ -19,49 +19,13 @@ from __future__ import annotations
 
 import torch
 
-from .._modes import BORDER, REFLECTION
+from .. import _coords
 
 _SIGNS = (-1.0, 1.0)  # d(weight)/d(coordinate) of the low and the high corner
 
 
 def _compute_dtype(*tensors):
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
-
-
-def _clip(x, size):
-    slope = ((x > 0) & (x < size - 1)).to(x.dtype)
-    return x.clamp(0, size - 1), slope
-
-
-def _reflect(x, twice_low, twice_high):
-    """PyTorch's reflect_coordinates and the sign of its derivative (SPEC §2)."""
-    if twice_low == twice_high:
-        return torch.zeros_like(x), torch.zeros_like(x)
-    low, span = twice_low / 2, (twice_high - twice_low) / 2
-    x = x - low
-    sign = torch.where(x < 0, -1.0, 1.0).to(x.dtype)
-    x = x.abs()
-    extra = torch.fmod(x, span)
-    even = torch.fmod(torch.floor(x / span), 2) == 0
-    return (torch.where(even, extra + low, span - extra + low),
-            torch.where(even, sign, -sign))
-
-
-def _source(coord, size, padding_mode, align_corners):
-    """Voxel coordinates of normalised ones, and their slopes (the chain of derivatives)."""
-    if align_corners:
-        x, slope = (coord + 1) / 2 * (size - 1), (size - 1) / 2
-    else:
-        x, slope = ((coord + 1) * size - 1) / 2, size / 2
-    slope = torch.full_like(x, slope)
-    if padding_mode == BORDER:
-        x, g = _clip(x, size)
-        slope = slope * g
-    elif padding_mode == REFLECTION:
-        x, g = _reflect(x, 0, 2 * (size - 1)) if align_corners else _reflect(x, -1, 2 * size - 1)
-        x, g2 = _clip(x, size)
-        slope = slope * g * g2
-    return x, slope
 
 
 class _Corners:
@@ -79,7 +43,8 @@ class _Corners:
         self.weight, self.slope, self.sign = [], [], []
         index, inside = 0, finite
         for axis, size in zip((2, 1, 0), (D, H, W)):  # z (D), y (H), x (W)
-            x, slope = _source(grid[..., axis], size, padding_mode, align_corners)
+            x, slope = _coords.source_index(torch, grid[..., axis], size, padding_mode,
+                                            align_corners)
             low = torch.floor(x)
             frac = (x - low)[..., None]
             high = offsets[:, 2 - axis]  # 0 for the low corner, 1 for the high one

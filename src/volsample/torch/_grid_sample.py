@@ -1,21 +1,21 @@
 """Grid sampling for PyTorch: ``grid_sample`` (5-D ``F.grid_sample``) on the custom ops
 ``volsample::grid_sampler_3d`` and ``volsample::grid_sampler_3d_backward``.
 
-The ops mirror ``aten::grid_sampler_3d`` and its backward (integer modes: interpolation
-0 bilinear, 1 nearest; padding 0 zeros, 1 border, 2 reflection). CPU tensors run the
-NumPy API on their own memory, CUDA tensors the Triton launchers; fake implementations
-give torch.compile the result shapes, dtypes and memory formats. Semantics: SPEC §2.
+The ops mirror ``aten::grid_sampler_3d`` and its backward (kernel integers of
+``volsample._tables``: interpolation 0 bilinear, 1 nearest; padding 0 zeros, 1 border,
+2 reflection). Each builds the call's checked description (``volsample._calls``) and hands
+it to a backend: the C++ kernels for CPU tensors (through NumPy views of their memory),
+the Triton kernels for CUDA tensors; fake implementations give torch.compile the result
+shapes, dtypes and memory formats. Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
 import torch
 
-from .. import _checks, _config
-from .. import grid_sample as _numpy_api
+from .. import _calls, _checks, _config
+from .._cpu import grid_sample as _cpu
+from .._tables import MODES, PADDINGS
 from . import _common, _grid_derivatives
-
-_MODE_NAMES = {code: name for name, code in _checks.MODES.items()}
-_PADDING_NAMES = {code: name for name, code in _checks.PADDING_MODES.items()}
 
 _FORWARD_SCHEMA = ("(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, "
                    "bool align_corners) -> Tensor")
@@ -23,49 +23,43 @@ _BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, int interpo
                     "int padding_mode, bool align_corners, bool[] output_mask) -> (Tensor, Tensor)")
 
 
-def _check_code(name: str, value, names: dict) -> None:
-    """An integer mode of the op (the public function takes the strings)."""
-    if isinstance(value, bool) or value not in names:
-        choices = ", ".join(f"{code} ({mode})" for code, mode in names.items())
-        raise _common.ArgumentError(f"{name}: expected one of {choices}, got {value!r}")
-
-
 @_common.raises_torch_errors
-def _check(input, grid, interpolation_mode, padding_mode, align_corners):
-    """Checks every device needs before its kernels run (and the fake before it makes a
-    shape): the tensors, their device, the modes, and the shapes and dtypes that fit."""
-    _common.tensor("input", input)
-    _common.tensor("grid", grid)
+def _describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _calls.GridSample:
+    """The forward's checked description (every device, and the fake)."""
+    operands = _common.operand("input", input), _common.operand("grid", grid)
     _common.same_device(input=input, grid=grid)
-    _check_code("interpolation_mode", interpolation_mode, _MODE_NAMES)
-    _check_code("padding_mode", padding_mode, _PADDING_NAMES)
-    _checks.boolean("align_corners", align_corners)
-    if grid.shape[-1] != 3:
-        raise _checks.InvalidArgumentError(
-            f"grid: expected last dimension 3 (x, y, z), got shape {tuple(grid.shape)}")
-    if grid.shape[0] != input.shape[0]:
-        raise _checks.InvalidArgumentError(f"grid: expected batch size {input.shape[0]} "
-                                           f"(input's N), got shape {tuple(grid.shape)}")
-    _checks.nonempty_spatial("input", tuple(input.shape[2:]))
-    sixteen_bit = input.dtype in (torch.float16, torch.bfloat16)
-    wide = grid.dtype in (torch.float32, torch.float64)
-    if grid.dtype != input.dtype and not (sixteen_bit and wide):
-        raise _checks.UnsupportedDTypeError(
-            f"grid: expected dtype {input.dtype} (the dtype of input), or torch.float32/float64 "
-            f"with a float16/bfloat16 input, got {grid.dtype}")
+    mode = MODES.check_code(interpolation_mode, "interpolation_mode")
+    padding = PADDINGS.check_code(padding_mode)
+    return _calls.grid_sample(*operands, mode, padding, align_corners, _common.layout(input),
+                              shape_order="NCDHW", dialect=_common.TORCH)
 
 
 @_common.raises_torch_errors
-def _check_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
-                    output_mask):
-    _check(input, grid, interpolation_mode, padding_mode, align_corners)
-    _common.tensor("grad_output", grad_output)
-    _common.same_device(grad_output=grad_output, input=input)
-    _common.same_dtype("grad_output", grad_output, "input", input)
-    _checks.shape_equal("grad_output", grad_output.shape,
-                        tuple(input.shape[:2]) + tuple(grid.shape[1:4]),
-                        "shape (the forward's output shape)")
-    return _checks.output_mask(output_mask)
+def _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
+                       align_corners, output_mask) -> _calls.GridSample:
+    operands = (_common.operand("grad_output", grad_output), _common.operand("input", input),
+                _common.operand("grid", grid))
+    _common.same_device(grad_output=grad_output, input=input, grid=grid)
+    mode = MODES.check_code(interpolation_mode, "interpolation_mode")
+    padding = PADDINGS.check_code(padding_mode)
+    return _calls.grid_sample_backward(*operands, mode, padding, align_corners, output_mask,
+                                       _common.layout(input), shape_order="NCDHW",
+                                       dialect=_common.TORCH)
+
+
+def _gradients(call, input, grid):
+    """Uninitialised (grad_input, grad_grid) of a backward call, None where not asked for:
+    grad_input in the input's memory format, grad_grid contiguous."""
+    want_input, want_grid = call.output_mask
+    return (_common.empty_volume(input.shape, input) if want_input else None,
+            torch.empty_like(grid, memory_format=torch.contiguous_format) if want_grid else None)
+
+
+def _returned(gradients, input, grid):
+    """An op cannot return None: a gradient not asked for comes back as an empty tensor."""
+    grad_input, grad_grid = gradients
+    return (_unasked(input) if grad_input is None else grad_input,
+            _unasked(grid) if grad_grid is None else grad_grid)
 
 
 @torch.library.custom_op("volsample::grid_sampler_3d", mutates_args=(), device_types="cpu",
@@ -73,25 +67,23 @@ def _check_backward(grad_output, input, grid, interpolation_mode, padding_mode, 
 def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
     """``aten::grid_sampler_3d`` semantics: ``input`` (N, C, D, H, W) sampled at ``grid``
     (N, Do, Ho, Wo, 3), giving (N, C, Do, Ho, Wo) in the input's dtype and memory format."""
-    _check(input, grid, interpolation_mode, padding_mode, align_corners)
-    layout = _common.layout(input)
-    out = _numpy_api.grid_sample_3d(
-        _common.to_numpy(input, layout), _common.to_numpy(grid), _MODE_NAMES[interpolation_mode],
-        _PADDING_NAMES[padding_mode], align_corners, layout=layout)
-    return _common.from_numpy(out, layout)
+    call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
+    out = _common.empty_volume(call.output_shape, input)
+    _cpu.forward(call, *map(_common.cpu_array, (input, grid, out)))
+    return out
 
 
 @grid_sampler_3d.register_kernel("cuda")
 def _grid_sampler_3d_cuda(input, grid, interpolation_mode, padding_mode, align_corners):
-    _check(input, grid, interpolation_mode, padding_mode, align_corners)
-    return _common.gpu_backend("grid_sample").forward(input, grid, interpolation_mode,
-                                                      padding_mode, align_corners)
+    call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
+    return _common.gpu_backend("grid_sample").forward(input, grid, call.mode, call.padding,
+                                                      call.align_corners)
 
 
 @grid_sampler_3d.register_fake
 def _grid_sampler_3d_fake(input, grid, interpolation_mode, padding_mode, align_corners):
-    _check(input, grid, interpolation_mode, padding_mode, align_corners)
-    return _common.empty_volume(tuple(input.shape[:2]) + tuple(grid.shape[1:4]), input)
+    call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
+    return _common.empty_volume(call.output_shape, input)
 
 
 @torch.library.custom_op("volsample::grid_sampler_3d_backward", mutates_args=(),
@@ -101,37 +93,29 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
     """Gradients (grad_input, grad_grid) of ``grid_sampler_3d``; grad_input has the input's
     memory format, grad_grid is contiguous. ``output_mask`` selects them: one not asked
     for is not computed and comes back as an empty tensor (an op cannot return None)."""
-    mask = _check_backward(grad_output, input, grid, interpolation_mode, padding_mode,
-                           align_corners, output_mask)
-    layout = _common.layout(input)
-    grad_input, grad_grid = _numpy_api.grid_sample_3d_backward(
-        _common.to_numpy(grad_output, layout), _common.to_numpy(input, layout),
-        _common.to_numpy(grid), _MODE_NAMES[interpolation_mode], _PADDING_NAMES[padding_mode],
-        align_corners, mask, layout=layout)
-    return (_unasked(input) if grad_input is None else _common.from_numpy(grad_input, layout),
-            _unasked(grid) if grad_grid is None else _common.from_numpy(grad_grid))
+    call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
+                              align_corners, output_mask)
+    gradients = _gradients(call, input, grid)
+    _cpu.backward(call, *map(_common.cpu_array, (grad_output, input, grid) + gradients))
+    return _returned(gradients, input, grid)
 
 
 @grid_sampler_3d_backward.register_kernel("cuda")
 def _grid_sampler_3d_backward_cuda(grad_output, input, grid, interpolation_mode, padding_mode,
                                    align_corners, output_mask):
-    mask = _check_backward(grad_output, input, grid, interpolation_mode, padding_mode,
-                           align_corners, output_mask)
-    grad_input, grad_grid = _common.gpu_backend("grid_sample").backward(
-        grad_output, input, grid, interpolation_mode, padding_mode, align_corners, mask,
-        _config.get_deterministic())
-    return (_unasked(input) if grad_input is None else grad_input,
-            _unasked(grid) if grad_grid is None else grad_grid)
+    call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
+                              align_corners, output_mask)
+    return _returned(_common.gpu_backend("grid_sample").backward(
+        grad_output, input, grid, call.mode, call.padding, call.align_corners, call.output_mask,
+        _config.get_deterministic()), input, grid)
 
 
 @grid_sampler_3d_backward.register_fake
 def _grid_sampler_3d_backward_fake(grad_output, input, grid, interpolation_mode, padding_mode,
                                    align_corners, output_mask):
-    want_input, want_grid = _check_backward(grad_output, input, grid, interpolation_mode,
-                                            padding_mode, align_corners, output_mask)
-    return (_common.empty_volume(input.shape, input) if want_input else _unasked(input),
-            torch.empty_like(grid, memory_format=torch.contiguous_format) if want_grid
-            else _unasked(grid))
+    call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
+                              align_corners, output_mask)
+    return _returned(_gradients(call, input, grid), input, grid)
 
 
 def _unasked(like: torch.Tensor) -> torch.Tensor:
@@ -165,9 +149,9 @@ def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_m
                         align_corners):
     """The derivative of ``grid_sampler_3d(input, grid)`` along ``grid_tangent`` (a grid
     of directions); 0 for nearest sampling. The input's shape, dtype and memory format."""
-    _check(input, grid, interpolation_mode, padding_mode, align_corners)
+    call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
     _check_tangent(grid_tangent, grid)
-    if interpolation_mode == _checks.MODES["nearest"]:
+    if not call.grid_gradient:
         return _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode,
                                          padding_mode, align_corners).zero_()
     out = _grid_derivatives.forward_grid_jvp(input, grid, grid_tangent, padding_mode,
@@ -179,9 +163,9 @@ def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_m
 @_common.raises_torch_errors
 def _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode, padding_mode,
                               align_corners):
-    _check(input, grid, interpolation_mode, padding_mode, align_corners)
+    call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
     _check_tangent(grid_tangent, grid)
-    return _common.empty_volume(tuple(input.shape[:2]) + tuple(grid.shape[1:4]), input)
+    return _common.empty_volume(call.output_shape, input)
 
 
 @torch.library.custom_op("volsample::grid_sampler_3d_backward_jvp", mutates_args=(),
@@ -193,10 +177,11 @@ def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpo
     ``grid_tangent``, with the backward's shapes, dtypes and memory formats; 0 for nearest
     sampling. The backward's Jacobian in the grid is its Hessian block, symmetric, so these
     also are the double backward's terms of an incoming grad_grid gradient."""
-    want_input, want_grid = _check_backward(grad_output, input, grid, interpolation_mode,
-                                            padding_mode, align_corners, output_mask)
+    call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
+                              align_corners, output_mask)
+    want_input, want_grid = call.output_mask
     _check_tangent(grid_tangent, grid)
-    if interpolation_mode == _checks.MODES["nearest"]:
+    if not call.grid_gradient:
         grad_input, grad_grid = _grid_sampler_3d_backward_fake(
             grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
             output_mask)
@@ -224,9 +209,6 @@ def _grid_sampler_3d_backward_jvp_fake(grad_output, input, grid, grid_tangent,
 # the other Functions (so that derivatives of derivatives, and torch.func's nested
 # transforms, stay inside them). Each also is its op's Autograd kernel.
 # ---------------------------------------------------------------------------------------
-
-_NEAREST = _checks.MODES["nearest"]
-
 
 def _given(t):
     """Whether an incoming gradient or tangent carries something (an unasked output's
@@ -319,17 +301,17 @@ class _GridSampler3dBackward(torch.autograd.Function):
         want_go, want_input, want_grid = ctx.needs_input_grad[:3]
         ggi = grad_grad_input if ctx.output_mask[0] and _given(grad_grad_input) else None
         ggg = grad_grad_grid if ctx.output_mask[1] and _given(grad_grad_grid) else None
-        bilinear = ctx.modes[0] != _NEAREST
+        smooth = MODES.of(ctx.modes[0]).grid_gradient  # nearest: piecewise constant
         g_go = g_input = g_grid = None
         if want_go:  # the backward is the adjoint: its own adjoint is the forward
             if ggi is not None:
                 g_go = _forward(ggi, grid, *ctx.modes)
-            if ggg is not None and bilinear:
+            if ggg is not None and smooth:
                 g_go = _add(g_go, _grid_jvp(input, grid, ggg, *ctx.modes))
-        if ggg is not None and bilinear and (want_input or want_grid):
+        if ggg is not None and smooth and (want_input or want_grid):
             g_input, g_grid = _backward_grid_jvp(grad_output, input, grid, ggg, *ctx.modes,
                                                  [want_input, want_grid])
-        if want_grid and ggi is not None and bilinear:  # grad_input's own grid derivative
+        if want_grid and ggi is not None and smooth:  # grad_input's own grid derivative
             g_grid = _add(g_grid, _backward_op(grad_output, ggi, grid, *ctx.modes,
                                                [False, True])[1])
         return (g_go if want_go else None, g_input if want_input else None,
@@ -339,15 +321,15 @@ class _GridSampler3dBackward(torch.autograd.Function):
     def jvp(ctx, go_tangent, input_tangent, grid_tangent, *_):
         grad_output, input, grid = ctx.saved_tensors
         want_input, want_grid = ctx.output_mask
-        bilinear = ctx.modes[0] != _NEAREST
+        smooth = MODES.of(ctx.modes[0]).grid_gradient  # nearest: piecewise constant
         grad_input = grad_grid = None
         if go_tangent is not None:
             grad_input, grad_grid = _backward_op(go_tangent, input, grid, *ctx.modes,
                                                  ctx.output_mask)
-        if input_tangent is not None and want_grid and bilinear:
+        if input_tangent is not None and want_grid and smooth:
             grad_grid = _add(grad_grid, _backward_op(grad_output, input_tangent, grid,
                                                      *ctx.modes, [False, True])[1])
-        if grid_tangent is not None and bilinear:
+        if grid_tangent is not None and smooth:
             gi, gg = _backward_grid_jvp(grad_output, input, grid, grid_tangent, *ctx.modes,
                                         ctx.output_mask)
             grad_input, grad_grid = _add(grad_input, gi), _add(grad_grid, gg)
@@ -438,6 +420,6 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     with _common.torch_errors():
         _common.tensor("input", input)
         _common.tensor("grid", grid)
-        modes = (_checks.mode_code(mode), _checks.padding_code(padding_mode),
+        modes = (MODES.code(mode), PADDINGS.code(padding_mode),
                  _common.align_corners(align_corners))
     return _forward(input, grid, *modes)

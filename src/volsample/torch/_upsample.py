@@ -2,18 +2,18 @@
 ``mode="trilinear"``) on the custom ops ``volsample::upsample_trilinear3d`` and
 ``volsample::upsample_trilinear3d_backward``.
 
-The backward is linear in ``grad_output``, and its own gradient is the forward: both ops
-are differentiable, so double backward works. CPU tensors run the NumPy API on their own
-memory, CUDA tensors the Triton launchers. Semantics: SPEC §3.
+Each op builds the call's checked description (``volsample._calls``) and hands it to a
+backend: the C++ kernels for CPU tensors (NumPy views of their memory), the Triton kernels
+for CUDA tensors. The backward is linear in ``grad_output``, and its own gradient is the
+forward: both ops are differentiable, so double backward works. Semantics:
+docs/semantics.md.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 
-from .. import _checks, _config
-from .. import upsample as _numpy_api
+from .. import _calls, _config
+from .._cpu import upsample as _cpu
 from . import _common
 
 _FORWARD_SCHEMA = ("(Tensor input, SymInt[3] output_size, bool align_corners, "
@@ -22,44 +22,27 @@ _BACKWARD_SCHEMA = ("(Tensor grad_output, SymInt[5] input_size, bool align_corne
                     "float[]? scales=None) -> Tensor")
 
 
-def _sizes(name: str, values, length: int, minimum: int) -> tuple:
-    """``values`` as a tuple of ``length`` integers >= ``minimum``; symbolic sizes (while
-    torch.compile traces) are left to torch's own guards."""
-    if any(isinstance(v, torch.SymInt) for v in values):
-        return tuple(values)
-    return _checks.int_sequence(name, values, length, minimum)
+def _symbolic(sizes) -> bool:
+    """Whether sizes are symbolic (torch.compile tracing with dynamic shapes): torch's own
+    guards check them then, not the op layer."""
+    return any(isinstance(v, torch.SymInt) for v in sizes)
 
 
 @_common.raises_torch_errors
-def _check(input, output_size, align_corners, scales):
-    """Checks every device needs: the tensor, sizes, and scales that give ``output_size``
-    (a scale maps coordinates, so it must be the one that made the size)."""
-    _common.tensor("input", input)
-    _checks.boolean("align_corners", align_corners)
-    output_size = _sizes("output_size", output_size, 3, 1)
-    _checks.nonempty_spatial("input", tuple(input.shape[2:]))
-    if scales is not None:
-        scales = _checks.scale_factors("scales", tuple(scales), 3)
-        implied = [math.floor(n * s) for n, s in zip(input.shape[2:], scales)]
-        if any(a != b for a, b in zip(implied, output_size)):
-            raise _common.ArgumentError(
-                f"scales: expected the factors of output_size {tuple(output_size)}, got {scales}, "
-                f"which give {tuple(implied)} from input size {tuple(input.shape[2:])}")
-    return output_size, scales
+def _describe(input, output_size, align_corners, scales) -> _calls.Upsample:
+    """The forward's checked description (every device, and the fake): ``scales``, if
+    given, must be the factors that made ``output_size`` (a scale maps coordinates)."""
+    return _calls.upsample(_common.operand("input", input), size=list(output_size),
+                           align_corners=align_corners, layout=_common.layout(input),
+                           scales=scales, shape_order="NCDHW", dialect=_common.TORCH)
 
 
 @_common.raises_torch_errors
-def _check_backward(grad_output, input_size, align_corners, scales):
-    _common.tensor("grad_output", grad_output)
-    _checks.boolean("align_corners", align_corners)
-    input_size = _sizes("input_size", input_size, 5, 0)
-    _checks.nonempty_spatial("input_size", input_size[2:])
-    _checks.nonempty_spatial("grad_output", tuple(grad_output.shape[2:]))
-    if tuple(grad_output.shape[:2]) != input_size[:2]:
-        raise _checks.InvalidArgumentError(
-            f"grad_output: expected N, C = {input_size[:2]} (those of input_size), got shape "
-            f"{tuple(grad_output.shape)}")
-    return input_size, _checks.optional_scales("scales", scales, 3)
+def _describe_backward(grad_output, input_size, align_corners, scales) -> _calls.Upsample:
+    return _calls.upsample_backward(_common.operand("grad_output", grad_output),
+                                    list(input_size), align_corners, scales,
+                                    _common.layout(grad_output), shape_order="NCDHW",
+                                    dialect=_common.TORCH)
 
 
 @torch.library.custom_op("volsample::upsample_trilinear3d", mutates_args=(), device_types="cpu",
@@ -68,24 +51,25 @@ def upsample_trilinear3d(input, output_size, align_corners, scales=None):
     """Resize ``input`` (N, C, Di, Hi, Wi) to spatial ``output_size`` (Do, Ho, Wo) by
     trilinear interpolation; ``scales`` (D, H, W), if given, are the factors that made
     ``output_size`` and map the coordinates. Returns the input's dtype and memory format."""
-    output_size, scales = _check(input, output_size, align_corners, scales)
-    layout = _common.layout(input)
-    out = _numpy_api.upsample_trilinear_3d(
-        _common.to_numpy(input, layout), size=None if scales else output_size,
-        scale_factor=scales, align_corners=align_corners, layout=layout)
-    return _common.from_numpy(out, layout)
+    call = _describe(input, output_size, align_corners, scales)
+    out = _common.empty_volume(call.output_shape, input)
+    _cpu.forward(call, _common.cpu_array(input), _common.cpu_array(out))
+    return out
 
 
 @upsample_trilinear3d.register_kernel("cuda")
 def _upsample_trilinear3d_cuda(input, output_size, align_corners, scales=None):
-    output_size, scales = _check(input, output_size, align_corners, scales)
-    return _common.gpu_backend("upsample").forward(input, output_size, align_corners, scales)
+    call = _describe(input, output_size, align_corners, scales)
+    return _common.gpu_backend("upsample").forward(input, call.output_shape[2:],
+                                                   call.align_corners, scales and call.scales)
 
 
 @upsample_trilinear3d.register_fake
 def _upsample_trilinear3d_fake(input, output_size, align_corners, scales=None):
-    output_size, _ = _check(input, output_size, align_corners, scales)
-    return _common.empty_volume(tuple(input.shape[:2]) + tuple(output_size), input)
+    if _symbolic(output_size) or _symbolic(input.shape):
+        return _common.empty_volume(tuple(input.shape[:2]) + tuple(output_size), input)
+    return _common.empty_volume(_describe(input, output_size, align_corners, scales).output_shape,
+                                input)
 
 
 @torch.library.custom_op("volsample::upsample_trilinear3d_backward", mutates_args=(),
@@ -94,24 +78,27 @@ def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales
     """Gradient of ``upsample_trilinear3d`` for its input, of logical shape ``input_size``
     (N, C, Di, Hi, Wi), in grad_output's dtype and memory format. ``scales`` are the
     forward's; one <= 0 means that axis maps by its sizes."""
-    input_size, scales = _check_backward(grad_output, input_size, align_corners, scales)
-    layout = _common.layout(grad_output)
-    grad_input = _numpy_api.upsample_trilinear_3d_backward(
-        _common.to_numpy(grad_output, layout), input_size, align_corners, scales, layout=layout)
-    return _common.from_numpy(grad_input, layout)
+    call = _describe_backward(grad_output, input_size, align_corners, scales)
+    grad_input = _common.empty_volume(call.input_shape, grad_output)
+    _cpu.backward(call, _common.cpu_array(grad_output), _common.cpu_array(grad_input))
+    return grad_input
 
 
 @upsample_trilinear3d_backward.register_kernel("cuda")
 def _upsample_trilinear3d_backward_cuda(grad_output, input_size, align_corners, scales=None):
-    input_size, scales = _check_backward(grad_output, input_size, align_corners, scales)
-    return _common.gpu_backend("upsample").backward(grad_output, input_size, align_corners, scales,
+    call = _describe_backward(grad_output, input_size, align_corners, scales)
+    return _common.gpu_backend("upsample").backward(grad_output, call.input_shape,
+                                                    call.align_corners, call.scales,
                                                     _config.get_deterministic())
 
 
 @upsample_trilinear3d_backward.register_fake
 def _upsample_trilinear3d_backward_fake(grad_output, input_size, align_corners, scales=None):
-    input_size, _ = _check_backward(grad_output, input_size, align_corners, scales)
-    return _common.empty_volume(input_size, grad_output)
+    if _symbolic(input_size) or _symbolic(grad_output.shape):
+        return _common.empty_volume(tuple(input_size), grad_output)
+    return _common.empty_volume(
+        _describe_backward(grad_output, input_size, align_corners, scales).input_shape,
+        grad_output)
 
 
 def _forward(input, output_size, align_corners, scales):
@@ -218,12 +205,10 @@ def upsample_trilinear(input, size=None, scale_factor=None, align_corners=False)
     tensor([0.0000, 0.5000, 1.0000])
     """
     with _common.torch_errors():
-        _common.tensor("input", input)
-        _checks.nonempty_spatial("input", tuple(input.shape[2:]))
         if size is not None:
             _common.integer_sizes("size", size)
-        output_size, scales = _checks.upsample_output_size(tuple(input.shape[2:]), size,
-                                                           scale_factor)
-        align_corners = _common.align_corners(align_corners)
-    return _forward(input, list(output_size), align_corners,
-                    None if scales[0] is None else list(scales))
+        call = _calls.upsample(_common.operand("input", input), size, scale_factor,
+                               _common.align_corners(align_corners), _common.layout(input),
+                               shape_order="NCDHW", dialect=_common.TORCH)
+    return _forward(input, list(call.output_shape[2:]), call.align_corners,
+                    None if call.scales[0] is None else list(call.scales))

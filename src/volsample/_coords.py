@@ -1,0 +1,55 @@
+"""Grid sampling's coordinate maths in Python, written once for any array namespace ``xp``
+(``numpy`` for the float64 reference, ``torch`` for the second-derivative terms of
+``volsample.torch``); the kernels' twins are ``src/cpp/coords.h`` and the helpers at the top
+of ``_triton/grid_sample.py``.
+
+An axis of size S maps a normalised coordinate c in [-1, 1] to a voxel coordinate;
+``align_corners`` decides whether -1 and +1 are the centres (True) or the outer edges
+(False) of the corner voxels. Every helper returns the coordinate and its derivative with
+respect to its input ("slope").
+"""
+from __future__ import annotations
+
+from ._tables import BORDER, REFLECTION
+
+
+def unnormalize(xp, coord, size: int, align_corners: bool):
+    """Voxel coordinate of a normalised coordinate, and d(voxel)/d(coord)."""
+    if align_corners:
+        return (coord + 1) / 2 * (size - 1), xp.full_like(coord, (size - 1) / 2)
+    return ((coord + 1) * size - 1) / 2, xp.full_like(coord, size / 2)
+
+
+def clip(xp, x, size: int):
+    """Clamp to [0, size-1]; the derivative is 0 on and beyond the ends."""
+    inside = (x > 0) & (x < size - 1)
+    return xp.clip(x, 0, size - 1), xp.where(inside, 1.0, 0.0)
+
+
+def reflect(xp, x, twice_low: int, twice_high: int):
+    """Fold x into [low, high] by reflection (PyTorch's ``reflect_coordinates``: an exact
+    fmod over the span, a flip on odd fold counts), and the derivative's sign (+1, -1; 0 for
+    an empty span). Bounds come doubled, so that they are integers for both align_corners."""
+    if twice_low == twice_high:
+        return xp.zeros_like(x), xp.zeros_like(x)
+    low, span = twice_low / 2, (twice_high - twice_low) / 2
+    x = x - low
+    sign = xp.where(x < 0, -1.0, 1.0)
+    x = xp.abs(x)
+    extra = xp.fmod(x, span)
+    even = xp.fmod(xp.floor(x / span), 2) == 0
+    return xp.where(even, extra + low, span - extra + low), xp.where(even, sign, -sign)
+
+
+def source_index(xp, coord, size: int, padding: int, align_corners: bool):
+    """Voxel coordinate after unnormalising and padding (a kernel integer), and its
+    derivative: the chain of the slopes above."""
+    x, slope = unnormalize(xp, coord, size, align_corners)
+    if padding in (BORDER, REFLECTION):
+        if padding == REFLECTION:
+            bounds = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+            x, g = reflect(xp, x, *bounds)
+            slope = slope * g
+        x, g = clip(xp, x, size)
+        slope = slope * g
+    return x, slope
