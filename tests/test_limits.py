@@ -161,7 +161,7 @@ def test_extreme_scale_factors_match_pytorch(in_dhw, scale_factor, align_corners
 ], ids=["subnormal-huge-tiny", "tiny", "huge", "negative"])
 @pytest.mark.parametrize("align_corners", [False, True])
 def test_extreme_backward_scales_stay_in_bounds(dtype, scales, align_corners):
-    """Scales wildly inconsistent with the sizes (SPEC §3: allowed, never out of bounds):
+    """Scales wildly inconsistent with the sizes (docs/semantics.md: allowed, never out of bounds):
     the float64 reference's clamped taps, through the NumPy API and the aclnn layer."""
     go = np.random.default_rng(6).standard_normal((2, 3, 4, 5, 6)).astype(dtype)
     size = (2, 3, 7, 2, 3)

@@ -1,4 +1,4 @@
-"""Tests of trilinear upsampling (SPEC §3): ``volsample.upsample_trilinear_3d`` and
+"""Tests of trilinear upsampling (docs/semantics.md, section 3): ``volsample.upsample_trilinear_3d`` and
 ``volsample.upsample_trilinear_3d_backward``.
 
 Oracles: PyTorch's CPU operators (``torch.ops.aten.upsample_trilinear3d`` and its

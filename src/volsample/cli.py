@@ -1,4 +1,4 @@
-"""The ``volsample`` command line: demo, register, bench and info (SPEC §8).
+"""The ``volsample`` command line: demo, register, bench and info.
 
 Each subcommand's options and work live in its own module (``register``, ``bench``), as a
 pair ``add_<name>_arguments(parser)`` / ``run_<name>(args) -> exit code``; this module only

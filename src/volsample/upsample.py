@@ -81,7 +81,7 @@ def upsample_trilinear_3d(input, size=None, scale_factor=None, align_corners=Fal
     -----
     Output index o of an axis reads source coordinate ``ratio * o`` (align_corners) or
     ``max(0, ratio * (o + 0.5) - 0.5)``, with ``ratio = (in - 1) / (out - 1)``,
-    ``1 / scale`` or ``in / out`` (SPEC §3). Sizes may also shrink. float32 computes in
+    ``1 / scale`` or ``in / out`` (docs/semantics.md). Sizes may also shrink. float32 computes in
     float32, evaluating PyTorch's CPU kernel operation for operation; 16-bit inputs are
     computed in float32 and rounded once. float64 coordinates are floored in float64
     (PyTorch floors them in float32, which moves a tap within 2**-24 of an integer).
