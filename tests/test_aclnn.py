@@ -21,6 +21,7 @@ from helpers import DTYPES, assert_bitwise_equal, assert_close, numpy_array, tor
 
 import volsample
 from volsample import aclnn
+from volsample.aclnn import _grid_sampler3d_backward, _upsample_trilinear3d_backward
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 GRID_OP = "aclnnGridSampler3DBackward"
@@ -480,6 +481,8 @@ PHASE_ONE = {GRID_OP: aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize,
 PHASE_TWO = {GRID_OP: aclnn.aclnnGridSampler3DBackward,
              UPSAMPLE_OP: aclnn.aclnnUpsampleTrilinear3dBackward}
 OUTPUT = {GRID_OP: "inputGrad", UPSAMPLE_OP: "gradInput"}
+# The operator module of each operator, and the function its run step computes with
+OPERATOR_MODULE = {GRID_OP: _grid_sampler3d_backward, UPSAMPLE_OP: _upsample_trilinear3d_backward}
 NUMPY_FUNCTION = {GRID_OP: "grid_sample_3d_backward", UPSAMPLE_OP: "upsample_trilinear_3d_backward"}
 
 
@@ -564,7 +567,7 @@ def test_computation_failure_is_runtime_error(valid_call, monkeypatch):
 
     def fail(*args, **kwargs):
         raise MemoryError("out of memory")
-    monkeypatch.setattr(aclnn, NUMPY_FUNCTION[op], fail)
+    monkeypatch.setattr(OPERATOR_MODULE[op], NUMPY_FUNCTION[op], fail)
     _, size, executor = PHASE_ONE[op](**args)
     assert PHASE_TWO[op](aclnn.aclrtMalloc(size), size, executor) == RUNTIME
     message = aclnn.aclGetRecentErrMsg()
@@ -576,7 +579,7 @@ def test_phase_one_internal_error_is_a_status(valid_grid, monkeypatch):
     """Even a bug behind phase one's checks reaches the caller as a status, not an exception."""
     def fail(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
-    monkeypatch.setattr(aclnn, "_grid_workspace_nbytes", fail)
+    monkeypatch.setattr(_grid_sampler3d_backward, "_grid_workspace_nbytes", fail)
     result = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**valid_grid)
     assert result == (RUNTIME, 0, None)
     assert "ZeroDivisionError" in aclnn.aclGetRecentErrMsg()

@@ -33,6 +33,7 @@ import volsample
 import volsample.torch as vt
 from volsample import InvalidArgumentError, UnsupportedDTypeError, aclnn
 from volsample import _reference as reference
+from volsample.aclnn import _runtime as aclnn_runtime
 
 FUZZ = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -528,7 +529,7 @@ def junk_arrays():
 JUNK = st.one_of(
     st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=5), st.lists(st.integers(-3, 8), max_size=6), st.builds(object), junk_arrays(),
-    st.builds(aclnn.aclTensor, junk_arrays(), st.sampled_from(sorted(aclnn._FORMAT_NAMES))),
+    st.builds(aclnn.aclTensor, junk_arrays(), st.sampled_from(sorted(aclnn_runtime.FORMAT_NAMES))),
     st.lists(st.integers(-3, 8), max_size=6).map(aclnn.aclIntArray),
     st.lists(st.booleans(), max_size=3).map(aclnn.aclBoolArray),
     st.builds(aclnn.aclrtStream), st.builds(lambda: aclnn.aclOpExecutor("other", 0, lambda: None)),
