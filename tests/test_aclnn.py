@@ -1,9 +1,10 @@
 """Tests of ``volsample.aclnn``, the CANN two-phase API.
 
-Every first-phase check of SPEC §6 has its own case (status code, and a message that names
-the offending parameter); results are compared with the NumPy API (bitwise: same kernels)
-and with PyTorch's CPU operators (independent oracle); the seeds' examples must give the
-documented numbers exactly.
+Every first-phase check has its own case (status code, and a message that names the
+offending parameter) and the order of the checks is CANN's (its op_api sources; the calls
+of its op_api unit tests are replayed in test_aclnn_cann_cases.py); results are compared
+with the NumPy API (bitwise: same kernels) and with PyTorch's CPU operators (independent
+oracle); the seeds' examples must give the documented numbers exactly.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from helpers import DTYPES, assert_bitwise_equal, assert_close, numpy_array, tor
 import volsample
 from volsample import aclnn
 from volsample.aclnn import _grid_sampler3d_backward, _upsample_trilinear3d_backward
+from volsample.aclnn import _runtime as aclnn_runtime
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 GRID_OP = "aclnnGridSampler3DBackward"
@@ -131,15 +133,12 @@ GRID_FAULTS = {
     "dtype-grid": (lambda a: with_dtype(a, "grid", np.float16), INVALID, "grid"),
     "dtype-inputGrad": (lambda a: with_dtype(a, "inputGrad", ml_dtypes.bfloat16), INVALID, "inputGrad"),
     "dtype-gridGrad": (lambda a: with_dtype(a, "gridGrad", np.float64), INVALID, "gridGrad"),
-    # 161002: a volume format these operators cannot read
-    "format-gradOutput": (lambda a: retag(a, "gradOutput", fmt=aclnn.ACL_FORMAT_NCHW), INVALID, "gradOutput"),
-    "format-input": (lambda a: retag(a, "input", fmt=aclnn.ACL_FORMAT_NC1HWC0), INVALID, "input"),
-    "format-inputGrad": (lambda a: retag(a, "inputGrad", fmt=aclnn.ACL_FORMAT_NHWC), INVALID, "inputGrad"),
     # 161002: modes
     "interpolationMode-2": (lambda a: a.update(interpolationMode=2), INVALID, "interpolationMode"),
     "interpolationMode--1": (lambda a: a.update(interpolationMode=-1), INVALID, "interpolationMode"),
     "interpolationMode-str": (lambda a: a.update(interpolationMode="nearest"), INVALID, "interpolationMode"),
     "interpolationMode-float": (lambda a: a.update(interpolationMode=0.0), INVALID, "interpolationMode"),
+    "paddingMode-int128": (lambda a: a.update(paddingMode=2**64), INVALID, "paddingMode"),
     "paddingMode-3": (lambda a: a.update(paddingMode=3), INVALID, "paddingMode"),
     "paddingMode--1": (lambda a: a.update(paddingMode=-1), INVALID, "paddingMode"),
     "alignCorners-str": (lambda a: a.update(alignCorners="yes"), INVALID, "alignCorners"),
@@ -179,14 +178,34 @@ def test_grid_phase_one_rejects(valid_grid, fault):
 
 
 @pytest.mark.parametrize("faults, status, param", [
-    # several faults at once: the first in SPEC §6's order is the one reported
+    # several faults at once: the first in CANN's order is the one reported
+    # (the Python kinds, C's types, come first)
+    (["null-gradOutput", "raw-array-grid"], INVALID, "grid"),
+    (["interpolationMode-float", "null-input"], INVALID, "interpolationMode"),
+    # outputMask is read before anything else
+    (["outputMask-size-3", "null-input"], INVALID, "outputMask"),
+    (["outputMask-size-1", "inputGrad-shape"], INVALID, "outputMask"),
+    (["inputGrad-read-only", "outputMask-size-1"], INVALID, "outputMask"),
+    # CheckNotNull2In1Out: gradOutput, input, grid, inputGrad, gridGrad
     (["null-gridGrad", "null-grid"], NULLPTR, "grid"),
     (["dtype-gradOutput", "null-inputGrad"], NULLPTR, "inputGrad"),
+    # CheckDtypeValid: the others against input's dtype first, then input's support
+    (["dtype-input-int32", "dtype-gridGrad"], INVALID, "gridGrad"),
+    (["dtype-gridGrad", "dtype-grid"], INVALID, "grid"),
+    # CheckAttrValid after the dtypes: paddingMode, then interpolationMode
     (["interpolationMode-2", "dtype-grid"], INVALID, "grid"),
+    (["interpolationMode-2", "paddingMode-3"], INVALID, "paddingMode"),
+    # CheckShape: ranks of input, grid, gradOutput; N (grid's, then gradOutput's), C, D/H/W,
+    # grid's last dimension, inputGrad's and gridGrad's shapes
     (["rank-input", "paddingMode-3"], INVALID, "paddingMode"),
-    (["outputMask-size-3", "gridGrad-shape", "grid-last-dim"], INVALID, "grid"),
-    (["outputMask-size-1", "inputGrad-shape"], INVALID, "inputGrad"),
-    (["inputGrad-read-only", "outputMask-size-1"], INVALID, "outputMask"),
+    (["rank-gradOutput", "rank-grid"], INVALID, "grid"),
+    (["rank-gradOutput", "rank-inputGrad"], INVALID, "gradOutput"),
+    (["gradOutput-N", "grid-N"], INVALID, "grid"),
+    (["grid-DHW", "gradOutput-C"], INVALID, "gradOutput"),
+    (["gridGrad-shape", "grid-last-dim"], INVALID, "grid"),
+    (["gridGrad-shape", "inputGrad-shape"], INVALID, "inputGrad"),
+    # the writable outputs (Python's own) come last
+    (["inputGrad-read-only", "gridGrad-shape"], INVALID, "gridGrad"),
 ])
 def test_grid_phase_one_check_order(valid_grid, faults, status, param):
     for name in faults:
@@ -202,6 +221,17 @@ def test_grid_nothing_asked_is_success_without_work(rng, mask):
     arrays["gridGrad"][...] = -7.0
     assert run_grid(grid_args(arrays, mask=mask)) == 0  # no workspace
     assert (arrays["inputGrad"] == 7.0).all() and (arrays["gridGrad"] == -7.0).all()
+
+
+@pytest.mark.parametrize("mask", [None, (False, False)], ids=["null-mask", "all-false"])
+@pytest.mark.parametrize("fault", ["null-input", "null-gridGrad", "dtype-grid", "interpolationMode-2",
+                                   "rank-input", "inputGrad-shape", "inputGrad-read-only"])
+def test_grid_nothing_asked_checks_nothing(valid_grid, mask, fault):
+    """As in CANN (the outputMask test precedes CheckParams): with nothing asked, the
+    tensors, modes and shapes are not checked; only the Python kinds are."""
+    GRID_FAULTS[fault][0](valid_grid)
+    valid_grid["outputMask"] = None if mask is None else aclnn.aclCreateBoolArray(list(mask))
+    assert run_grid(valid_grid) == 0
 
 
 @pytest.mark.parametrize("N, C, in_dhw, out_dhw", [
@@ -260,27 +290,61 @@ def test_grid_output_mask_leaves_other_output_alone(rng, mask):
             assert (arrays[name] == 7.0).all(), f"{name} was written though not asked for"
 
 
-@pytest.mark.parametrize("formats", [
-    ("NDHWC", "NDHWC", "NDHWC"), ("NCDHW", "NDHWC", "NCDHW"), ("NDHWC", "ND", "NDHWC"),
-], ids=lambda f: "-".join(f))
+# input's tag decides how gradOutput, input and inputGrad are read (NDHWC when tagged so,
+# NCDHW for every other tag); the tags of gradOutput and inputGrad are not read.
+TAGGED_FORMATS = [
+    # input, gradOutput, inputGrad tags: why
+    (aclnn.ACL_FORMAT_NDHWC, aclnn.ACL_FORMAT_NCDHW, aclnn.ACL_FORMAT_NCDHW),  # ops-cv's case_no_transpose
+    (aclnn.ACL_FORMAT_NDHWC, aclnn.ACL_FORMAT_NDHWC, aclnn.ACL_FORMAT_ND),
+    (aclnn.ACL_FORMAT_NCDHW, aclnn.ACL_FORMAT_NDHWC, aclnn.ACL_FORMAT_NDHWC),  # the others' tags ignored
+    (aclnn.ACL_FORMAT_ND, aclnn.ACL_FORMAT_NCHW, aclnn.ACL_FORMAT_FRACTAL_Z),
+    (aclnn.ACL_FORMAT_NC1HWC0, aclnn.ACL_FORMAT_NDHWC, aclnn.ACL_FORMAT_NCDHW),  # any other tag reads as NCDHW
+]
+
+
+def tag_layout(tag):
+    return "NDHWC" if tag == aclnn.ACL_FORMAT_NDHWC else "NCDHW"
+
+
+@pytest.mark.parametrize("tags", TAGGED_FORMATS,
+                         ids=lambda t: "-".join(aclnn_runtime.FORMAT_NAMES[f][11:] for f in t))
 @pytest.mark.parametrize("mode, padding, align", [(0, 0, False), (0, 2, True), (1, 1, False)])
-def test_grid_formats_against_torch(rng, formats, mode, padding, align):
-    """gradOutput, input and inputGrad in their own formats (NDHWC is physically
-    channels-last) give PyTorch's gradients."""
-    logical = grid_arrays(rng, dtype=np.float64, N=2, C=5, in_dhw=(3, 4, 5), out_dhw=(2, 3, 4))
-    fmt_go, fmt_in, fmt_gi = formats
-    arrays = dict(logical, gradOutput=physical(logical["gradOutput"], fmt_go),
-                  input=physical(logical["input"], fmt_in))
-    arrays["inputGrad"] = np.zeros_like(physical(logical["input"], fmt_gi))
+def test_grid_formats_against_torch(rng, tags, mode, padding, align):
+    """gradOutput and inputGrad are read and written in input's layout (NDHWC physically
+    channels-last), whatever their own tags, and give PyTorch's gradients."""
+    layout = tag_layout(tags[0])
+    logical = grid_arrays(rng, dtype=np.float64, N=2, C=5, in_dhw=(3, 4, 6), out_dhw=(2, 3, 4))
+    arrays = dict(logical, gradOutput=physical(logical["gradOutput"], layout),
+                  input=physical(logical["input"], layout))
+    arrays["inputGrad"] = np.zeros_like(arrays["input"])
     args = grid_args(arrays, mode=mode, padding=padding, align=align)
-    for name, fmt in zip(("gradOutput", "input", "inputGrad"), formats):
-        retag(args, name, fmt=FORMATS[fmt])
+    for name, tag in zip(("input", "gradOutput", "inputGrad"), tags):
+        retag(args, name, fmt=tag)
     run_grid(args)
     gi, gg = torch.ops.aten.grid_sampler_3d_backward(
         torch_tensor(logical["gradOutput"]), torch_tensor(logical["input"]), torch_tensor(logical["grid"]),
         mode, padding, align, [True, True])
-    assert_close("inputGrad", arrays["inputGrad"], physical(numpy_array(gi), fmt_gi), 1e-12, 1e-12)
+    assert_close("inputGrad", arrays["inputGrad"], physical(numpy_array(gi), layout), 1e-12, 1e-12)
     assert_close("gridGrad", arrays["gridGrad"], numpy_array(gg), 1e-12, 1e-12)
+
+
+@pytest.mark.parametrize("input_layout, gradOutput_layout, inputGrad_layout, param", [
+    # a tensor laid out in its own tag's order, not input's: its C or D/H/W do not match
+    ("NDHWC", "NCDHW", "NDHWC", "gradOutput"),
+    ("NCDHW", "NDHWC", "NCDHW", "gradOutput"),
+    ("NDHWC", "NDHWC", "NCDHW", "inputGrad"),
+    ("NCDHW", "NCDHW", "NDHWC", "inputGrad"),
+])
+def test_grid_shapes_are_read_in_input_layout(rng, input_layout, gradOutput_layout, inputGrad_layout, param):
+    logical = grid_arrays(rng, N=2, C=5, in_dhw=(3, 4, 6), out_dhw=(2, 3, 4))
+    arrays = dict(logical, gradOutput=physical(logical["gradOutput"], gradOutput_layout),
+                  input=physical(logical["input"], input_layout),
+                  inputGrad=physical(logical["inputGrad"], inputGrad_layout))
+    args = grid_args(arrays, fmt=input_layout)
+    retag(args, "gradOutput", fmt=FORMATS[gradOutput_layout])  # its own tag says its order: not read
+    retag(args, "inputGrad", fmt=FORMATS[inputGrad_layout])
+    assert_failed(aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**args), INVALID,
+                  GRID_OP + "GetWorkspaceSize", param)
 
 
 def test_grid_writes_into_strided_views(rng):

@@ -262,9 +262,9 @@ ACL_FORMATS = {"ND": aclnn.ACL_FORMAT_ND, "NCDHW": aclnn.ACL_FORMAT_NCDHW,
 ACL_LAYOUT = {"ND": "NCDHW", "NCDHW": "NCDHW", "NDHWC": "NDHWC"}
 
 
-def acl_volume(logical_array, fmt):
-    """An aclTensor holding a logical volume in ``fmt``'s physical order."""
-    arr = np.ascontiguousarray(physical(logical_array, ACL_LAYOUT[fmt]))
+def acl_volume(logical_array, layout, fmt):
+    """An aclTensor tagged ``fmt`` holding a logical volume in ``layout``'s physical order."""
+    arr = np.ascontiguousarray(physical(logical_array, layout))
     return aclnn.aclCreateTensor(arr, ACL_FORMATS[fmt]), arr
 
 
@@ -281,12 +281,14 @@ FORMAT_NAMES = st.sampled_from(list(ACL_FORMATS))
 @FEW
 @given(case=grid_sample_cases(), formats=st.tuples(FORMAT_NAMES, FORMAT_NAMES, FORMAT_NAMES))
 def test_aclnn_grid_sampler_matches_reference(case, formats):
-    """Each volume tensor in its own format (CANN keeps one dtype: the grid's is the input's)."""
+    """input's format decides the layout of gradOutput, input and inputGrad (their own
+    tags are not read, as in CANN); CANN keeps one dtype: the grid's is the input's."""
     case = dict(case, grid_dtype=case["dtype"])
     x, grid, grad_out = grid_sample_arrays(case)
-    go_t, _ = acl_volume(grad_out, formats[0])
-    in_t, _ = acl_volume(x, formats[1])
-    gi_t, gi = acl_volume(np.zeros_like(x), formats[2])
+    layout = ACL_LAYOUT[formats[1]]
+    go_t, _ = acl_volume(grad_out, layout, formats[0])
+    in_t, _ = acl_volume(x, layout, formats[1])
+    gi_t, gi = acl_volume(np.zeros_like(x), layout, formats[2])
     gg = np.zeros_like(grid)
     modes = (MODES.index(case["mode"]), PADDINGS.index(case["padding_mode"]), case["align_corners"])
     run_two_phases(aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize, aclnn.aclnnGridSampler3DBackward,
@@ -295,8 +297,7 @@ def test_aclnn_grid_sampler_matches_reference(case, formats):
     ref_gi, ref_gg = reference.grid_sample_3d_backward(
         grad_out, x, grid, case["mode"], case["padding_mode"], case["align_corners"])
     want_input, want_grid = case["output_mask"]
-    check("inputGrad", logical(gi, ACL_LAYOUT[formats[2]]), ref_gi if want_input else 0 * ref_gi,
-          case["dtype"])
+    check("inputGrad", logical(gi, layout), ref_gi if want_input else 0 * ref_gi, case["dtype"])
     check("gridGrad", gg, ref_gg if want_grid else 0 * ref_gg, case["dtype"])
 
 
@@ -304,8 +305,8 @@ def test_aclnn_grid_sampler_matches_reference(case, formats):
 @given(case=upsample_cases(), formats=st.tuples(FORMAT_NAMES, FORMAT_NAMES))
 def test_aclnn_upsample_matches_reference(case, formats):
     x, grad_out = upsample_arrays(case)
-    go_t, _ = acl_volume(grad_out, formats[0])
-    gi_t, gi = acl_volume(np.zeros_like(x), formats[1])
+    go_t, _ = acl_volume(grad_out, ACL_LAYOUT[formats[0]], formats[0])
+    gi_t, gi = acl_volume(np.zeros_like(x), ACL_LAYOUT[formats[1]], formats[1])
     # aclnn passes 0.0 for "no scale" (<= 0 means from the sizes).
     scales = [0.0 if s is None else s for s in (case["backward_scales"] or (None,) * 3)]
     run_two_phases(aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize,

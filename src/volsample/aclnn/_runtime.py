@@ -47,8 +47,8 @@ FORMAT_NAMES = {
     ACL_FORMAT_NDHWC: "ACL_FORMAT_NDHWC", ACL_FORMAT_FRACTAL_NZ: "ACL_FORMAT_FRACTAL_NZ",
     ACL_FORMAT_NCDHW: "ACL_FORMAT_NCDHW", ACL_FORMAT_NDC1HWC0: "ACL_FORMAT_NDC1HWC0",
 }
-# The formats these operators read volumes in, and the NumPy API layout of each.
-VOLUME_LAYOUTS = {ACL_FORMAT_ND: "NCDHW", ACL_FORMAT_NCDHW: "NCDHW", ACL_FORMAT_NDHWC: "NDHWC"}
+# The formats UpsampleTrilinear3dBackward accepts for gradOut (CANN's CheckFormat).
+VOLUME_FORMATS = (ACL_FORMAT_ND, ACL_FORMAT_NCDHW, ACL_FORMAT_NDHWC)
 
 ACL_DT_UNDEFINED = -1
 ACL_FLOAT = 0
@@ -122,11 +122,12 @@ class aclTensor:
 
     @property
     def layout(self) -> str:
-        """The NumPy API layout of a 5-D volume in this tensor's format."""
-        return VOLUME_LAYOUTS[self.format]
+        """The NumPy API layout a 5-D volume of this format is read in: "NDHWC" for
+        ``ACL_FORMAT_NDHWC``, "NCDHW" for any other tag, as CANN's op_api code reads it."""
+        return "NDHWC" if self.format == ACL_FORMAT_NDHWC else "NCDHW"
 
     def logical_shape(self) -> tuple[int, ...]:
-        """The shape in (N, C, D, H, W) order (a 5-D tensor of a volume format)."""
+        """The shape in (N, C, D, H, W) order (a 5-D tensor)."""
         return _layout.logical_shape(self.shape, self.layout)
 
     def logical(self) -> np.ndarray:
@@ -366,10 +367,14 @@ def not_null(named: dict):
     return OK
 
 
+# Python lets any object into any parameter; C's types would not. The phase-one functions
+# check these kinds first, then CANN's own checks in CANN's order.
+
 def kind(named: dict, cls: type):
-    """Every value of ``named`` is a ``cls`` (say, an aclTensor rather than a NumPy array)."""
+    """Every value of ``named`` is a ``cls`` (say, an aclTensor rather than a NumPy array)
+    or None (a null pointer, for CANN's null checks to report in their turn)."""
     for name, value in named.items():
-        if not isinstance(value, cls):
+        if value is not None and not isinstance(value, cls):
             return ACLNN_ERR_PARAM_INVALID, f"{name}: expected an {cls.__name__}, got {type(value).__name__}"
     return OK
 
@@ -393,24 +398,40 @@ def same_dtype(name: str, tensor: aclTensor, ref_name: str, ref: aclTensor):
     return OK
 
 
+def integer(name: str, value):
+    """An int64_t parameter."""
+    if not is_int(value) or not -2**63 <= value < 2**63:
+        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected an integer, got {type(value).__name__} {value!r}"
+    return OK
+
+
+def boolean(name: str, value):
+    """A bool parameter (0 and 1 count, as C converts them)."""
+    if not is_bool(value):
+        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected a bool, got {type(value).__name__} {value!r}"
+    return OK
+
+
+def real(name: str, value):
+    """A double parameter: a real number (NaN and infinities included), not a bool."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected a number, got {type(value).__name__} {value!r}"
+    return OK
+
+
 def volume_format(name: str, tensor: aclTensor):
-    if tensor.format not in VOLUME_LAYOUTS:
+    if tensor.format not in VOLUME_FORMATS:
         return (ACLNN_ERR_PARAM_INVALID,
                 f"{name}: expected format ACL_FORMAT_ND, ACL_FORMAT_NCDHW or ACL_FORMAT_NDHWC, "
                 f"got {FORMAT_NAMES.get(tensor.format, tensor.format)}")
     return OK
 
 
-def choice(name: str, value, names: tuple):
-    if not is_int(value) or not 0 <= value < len(names):
+def choice(name: str, value: int, names: tuple):
+    """An integer code in ``range(len(names))``; ``names[code]`` says what it means."""
+    if not 0 <= value < len(names):
         options = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
         return ACLNN_ERR_PARAM_INVALID, f"{name}: expected one of {options}, got {value!r}"
-    return OK
-
-
-def boolean(name: str, value):
-    if not is_bool(value):
-        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected a bool, got {type(value).__name__} {value!r}"
     return OK
 
 
