@@ -415,7 +415,6 @@ UPSAMPLE_FAULTS = {
     "dtype-gradOut-int64": (lambda a: [with_dtype(a, n, np.int64) for n in ("gradOut", "gradInput")],
                             INVALID, "gradOut"),
     "format-gradOut": (lambda a: retag(a, "gradOut", fmt=aclnn.ACL_FORMAT_NCHW), INVALID, "gradOut"),
-    "format-gradInput": (lambda a: retag(a, "gradInput", fmt=aclnn.ACL_FORMAT_FRACTAL_Z), INVALID, "gradInput"),
     "dtype-gradInput": (lambda a: with_dtype(a, "gradInput", np.float64), INVALID, "gradInput"),
     # 161002: gradOut's rank
     "rank-gradOut": (lambda a: with_shape(a, "gradOut", (2, 3, 5, 63)), INVALID, "gradOut"),
@@ -437,11 +436,13 @@ UPSAMPLE_FAULTS = {
     "gradInput-shape": (lambda a: with_shape(a, "gradInput", (2, 3, 3, 4, 6)), INVALID, "gradInput"),
     "gradInput-rank": (lambda a: with_shape(a, "gradInput", (2, 3, 3, 20)), INVALID, "gradInput"),
     "gradInput-NDHWC-tagged-NCDHW": (lambda a: with_shape(a, "gradInput", (2, 3, 4, 5, 3)), INVALID, "gradInput"),
-    # 161002: the scalar arguments, and an output the call cannot write
+    # 161002: scalar arguments of the wrong kind
     "alignCorners-str": (lambda a: a.update(alignCorners="false"), INVALID, "alignCorners"),
-    "scalesD-nan": (lambda a: a.update(scalesD=float("nan")), INVALID, "scalesD"),
     "scalesH-str": (lambda a: a.update(scalesH="2.0"), INVALID, "scalesH"),
-    "scalesW-inf": (lambda a: a.update(scalesW=float("inf")), INVALID, "scalesW"),
+    "scalesD-bool": (lambda a: a.update(scalesD=True), INVALID, "scalesD"),
+    # 161002: an infinite scale that would be used (all three > 0)
+    "scalesW-inf-used": (lambda a: a.update(scalesD=2.0, scalesH=2.0, scalesW=float("inf")), INVALID, "scalesW"),
+    # 161002: an output the call cannot write
     "gradInput-read-only": (lambda a: a["gradInput"].array.setflags(write=False), INVALID, "gradInput"),
 }
 
@@ -455,12 +456,29 @@ def test_upsample_phase_one_rejects(valid_upsample, fault):
 
 
 @pytest.mark.parametrize("faults, status, param", [
+    # several faults at once: the first in CANN's order is the one reported
+    # (the Python kinds, C's types, come first)
+    (["null-gradOut", "list-outputSize"], INVALID, "outputSize"),
+    (["gradInput-shape", "scalesH-str"], INVALID, "scalesH"),
+    # CheckNotNull2In2Out: gradOut, outputSize, inputSize, gradInput
     (["null-gradInput", "null-inputSize"], NULLPTR, "inputSize"),
-    (["dtype-gradInput", "format-gradOut"], INVALID, "gradOut"),
+    # CheckDtypeValid1Out1In: gradOut's support, then gradInput's against it
+    (["dtype-gradOut-int64", "rank-gradOut"], INVALID, "gradOut"),
     (["rank-gradOut", "dtype-gradInput"], INVALID, "gradInput"),
-    (["inputSize-size-4", "outputSize-zero"], INVALID, "outputSize"),
-    (["gradOut-DHW", "gradOut-C"], INVALID, "gradOut"),
-    (["gradInput-shape", "scalesD-nan"], INVALID, "gradInput"),
+    # CheckUpsampleShape (gradOut's rank, outputSize's and inputSize's sizes), then CheckFormat
+    (["dtype-gradInput", "format-gradOut"], INVALID, "gradInput"),
+    (["format-gradOut", "rank-gradOut"], INVALID, "gradOut"),
+    (["inputSize-size-4", "outputSize-size-2"], INVALID, "outputSize"),
+    (["format-gradOut", "inputSize-size-4"], INVALID, "inputSize"),
+    # CheckInputElement: D/H/W > 0 (inputSize's, outputSize's), gradOut's shape, gradInput's
+    (["outputSize-zero", "format-gradOut"], INVALID, "gradOut"),
+    (["inputSize-size-4", "outputSize-zero"], INVALID, "inputSize"),
+    (["gradOut-DHW", "inputSize-D-zero"], INVALID, "inputSize"),
+    (["gradInput-shape", "outputSize-zero"], INVALID, "outputSize"),
+    (["gradInput-shape", "gradOut-C"], INVALID, "gradOut"),
+    # an infinite used scale and a read-only output come last
+    (["scalesW-inf-used", "gradInput-shape"], INVALID, "gradInput"),
+    (["gradInput-read-only", "scalesW-inf-used"], INVALID, "scalesW"),
 ])
 def test_upsample_phase_one_check_order(valid_upsample, faults, status, param):
     for name in faults:
@@ -469,17 +487,35 @@ def test_upsample_phase_one_check_order(valid_upsample, faults, status, param):
     assert_failed(result, status, UPSAMPLE_OP + "GetWorkspaceSize", param)
 
 
+@pytest.mark.parametrize("tag", [aclnn.ACL_FORMAT_FRACTAL_Z, aclnn.ACL_FORMAT_NCHW, aclnn.ACL_FORMAT_UNDEFINED])
+def test_upsample_gradInput_tag_is_not_checked(rng, tag):
+    """CANN's CheckFormat looks at gradOut's tag only; gradInput is channels-last when
+    tagged NDHWC and (N, C, D, H, W) under any other tag."""
+    arrays = upsample_arrays(rng, dtype=np.float64)
+    args = upsample_args(arrays)
+    retag(args, "gradInput", fmt=tag)
+    run_upsample(args)
+    expected = volsample.upsample_trilinear_3d_backward(arrays["gradOut"], arrays["input_size"])
+    assert_bitwise_equal("gradInput", arrays["gradInput"], expected)
+
+
 @pytest.mark.parametrize("N, C", [(0, 3), (2, 0)])
 @pytest.mark.parametrize("fmt", ["NCDHW", "NDHWC"])
 def test_upsample_zero_batch_or_channels(rng, N, C, fmt):
     assert run_upsample(upsample_args(upsample_arrays(rng, N=N, C=C, fmt=fmt), fmt=fmt)) == 0
 
 
+def cann_scales(scales):
+    """The scales CANN uses: all three when all are > 0, else none (every axis maps by its
+    sizes), as aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize builds its scale list."""
+    return tuple(scales) if all(s > 0 for s in scales) else (None, None, None)
+
+
 UPSAMPLE_CASES = [
     # (input D, H, W, output D, H, W, scales): why
     ((3, 4, 5), (5, 7, 9), (0.0, 0.0, 0.0)),   # upsampling, ratios from the sizes
     ((3, 4, 5), (6, 8, 15), (2.0, 2.0, 3.0)),  # the forward's integer scales
-    ((4, 5, 6), (6, 7, 9), (1.7, -1.0, 1.5)),  # one axis derives from sizes (scale <= 0)
+    ((4, 5, 6), (6, 7, 9), (1.7, -1.0, 1.5)),  # one scale <= 0: every axis from the sizes
     ((6, 7, 8), (3, 7, 5), (0.0, 0.0, 0.0)),   # downsampling, and an identity axis
     ((1, 1, 2), (3, 2, 1), (0.0, 0.0, 0.0)),   # size-1 axes
     ((3, 4, 5), (5, 7, 9), (0.9, 3.0, 0.25)),  # scales inconsistent with the sizes
@@ -494,8 +530,23 @@ def test_upsample_matches_numpy_api(rng, dtype, in_dhw, out_dhw, scales, align, 
     arrays = upsample_arrays(rng, dtype=dtype, in_dhw=in_dhw, out_dhw=out_dhw, fmt=fmt)
     run_upsample(upsample_args(arrays, fmt=fmt, align=align, scales=scales))
     expected = volsample.upsample_trilinear_3d_backward(
-        arrays["gradOut"], arrays["input_size"], align, scales, layout=LAYOUT[fmt])
+        arrays["gradOut"], arrays["input_size"], align, cann_scales(scales), layout=LAYOUT[fmt])
     assert_bitwise_equal("gradInput", arrays["gradInput"], expected)
+
+
+@pytest.mark.parametrize("scales", [(1.7, -1.0, 1.5), (1.7, 0.0, 1.5), (-1.0, 1.25, 1.5),
+                                    (1.7, float("nan"), 1.5), (float("inf"), 0.0, 1.4)])
+def test_upsample_scales_all_or_nothing(rng, scales):
+    """One scale <= 0 (or NaN: not > 0) and CANN derives every axis from the sizes, where
+    the NumPy API (like PyTorch) decides per axis."""
+    arrays = upsample_arrays(rng, dtype=np.float64, in_dhw=(4, 5, 6), out_dhw=(6, 7, 9))
+    run_upsample(upsample_args(arrays, scales=scales))
+    from_sizes = volsample.upsample_trilinear_3d_backward(arrays["gradOut"], arrays["input_size"])
+    assert_bitwise_equal("gradInput", arrays["gradInput"], from_sizes)
+    finite = tuple(s if math.isfinite(s) else None for s in scales)
+    per_axis = volsample.upsample_trilinear_3d_backward(arrays["gradOut"], arrays["input_size"],
+                                                        scales=finite)
+    assert not np.array_equal(arrays["gradInput"], per_axis)  # the case tells the two apart
 
 
 @pytest.mark.parametrize("fmt_go, fmt_gi", [("NDHWC", "NDHWC"), ("NCDHW", "NDHWC"), ("NDHWC", "ND")])
@@ -512,7 +563,8 @@ def test_upsample_formats_against_torch(rng, fmt_go, fmt_gi, in_dhw, out_dhw, sc
     retag(args, "gradInput", fmt=FORMATS[fmt_gi])
     run_upsample(args)
     expected = torch.ops.aten.upsample_trilinear3d_backward(
-        torch_tensor(logical["gradOut"]), list(out_dhw), list(logical["input_size"]), align, *scales)
+        torch_tensor(logical["gradOut"]), list(out_dhw), list(logical["input_size"]), align,
+        *cann_scales(scales))
     assert_close("gradInput", arrays["gradInput"], physical(numpy_array(expected), fmt_gi), 1e-12, 1e-12)
 
 
@@ -526,9 +578,8 @@ def test_upsample_phase_one_never_raises(valid_upsample, position, value):
     args = [valid_upsample[name] for name in names]
     args[position] = value
     status, size, executor = aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(*args)
-    if names[position].startswith("scales") and value is not None and isinstance(value, (int, float)) \
-            and math.isfinite(value):
-        # any finite scale is valid (<= 0: from the sizes; huge: source coordinate 0)
+    if names[position].startswith("scales") and isinstance(value, (int, float)):
+        # any number is valid beside two zero scales: every axis maps by its sizes
         assert status == 0, aclnn.aclGetRecentErrMsg()
         assert aclnn.aclnnUpsampleTrilinear3dBackward(aclnn.aclrtMalloc(size), size, executor) == 0
         return

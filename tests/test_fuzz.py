@@ -307,15 +307,15 @@ def test_aclnn_upsample_matches_reference(case, formats):
     x, grad_out = upsample_arrays(case)
     go_t, _ = acl_volume(grad_out, ACL_LAYOUT[formats[0]], formats[0])
     gi_t, gi = acl_volume(np.zeros_like(x), ACL_LAYOUT[formats[1]], formats[1])
-    # aclnn passes 0.0 for "no scale" (<= 0 means from the sizes).
+    # aclnn passes 0.0 for "no scale"; CANN uses the scales only when all three are > 0.
     scales = [0.0 if s is None else s for s in (case["backward_scales"] or (None,) * 3)]
+    used = tuple(scales) if all(s > 0 for s in scales) else None
     run_two_phases(aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize,
                    aclnn.aclnnUpsampleTrilinear3dBackward,
                    (go_t, aclnn.aclCreateIntArray(list(case["out_dhw"])),
                     aclnn.aclCreateIntArray(list(x.shape)), case["align_corners"], *scales, gi_t))
     check("gradInput", logical(gi, ACL_LAYOUT[formats[1]]),
-          reference.upsample_trilinear_3d_backward(grad_out, x.shape, case["align_corners"],
-                                                   reference_scales(case["backward_scales"])),
+          reference.upsample_trilinear_3d_backward(grad_out, x.shape, case["align_corners"], used),
           case["dtype"])
 
 

@@ -1,63 +1,97 @@
-"""``aclnnUpsampleTrilinear3dBackward``: phase one's checks, the plan, the run, phase two."""
+"""``aclnnUpsampleTrilinear3dBackward``: phase one's checks, the plan, the run, phase two.
+
+The checks are CANN's, in CANN's order (hicann/ops-cv,
+``image/upsample_trilinear3d_backward/op_host/op_api/aclnn_upsample_trilinear_3d_backward.cpp``
+and the shared ``common/level2_base.h``), after the kinds of the Python arguments (what
+C's types would guarantee):
+
+1. ``CheckNotNull2In2Out``: gradOut, outputSize, inputSize, gradInput (161001).
+2. ``CheckDtypeValid1Out1In``: gradOut's dtype is supported, then gradInput's is gradOut's.
+3. ``CheckUpsampleShape``: gradOut is 5-D, outputSize has 3 elements, inputSize 5.
+4. ``CheckFormat``: gradOut is tagged ND, NCDHW or NDHWC (gradInput's tag is not checked).
+5. ``CheckInputElement``: inputSize's D, H, W and outputSize's are > 0; gradOut's shape is
+   (N, C, Do, Ho, Wo) and gradInput's (N, C, Di, Hi, Wi), each in its own format.
+   (``CheckUplimit``, the NPU's int32 size limits, is not imposed.)
+6. An empty gradOut or gradInput: success with no workspace.
+
+The scales are used only when all three are > 0; otherwise every axis maps by its sizes.
+"""
 from __future__ import annotations
 
 import functools
 import math
-import numbers
-
-import numpy as np
 
 from .. import _layout
 from ..upsample import backward_workspace_nbytes as _upsample_workspace_nbytes
 from ..upsample import upsample_trilinear_3d_backward
 from . import _runtime as rt
 
-_UPSAMPLE_OP = "aclnnUpsampleTrilinear3dBackward"
+OP = "aclnnUpsampleTrilinear3dBackward"
+SCALE_NAMES = ("scalesD", "scalesH", "scalesW")
 
 
-def _int_array(name: str, array: rt.aclIntArray, axes: str, positive: str):
-    """``array`` has one element per letter of ``axes``; those of ``positive`` are > 0."""
-    values = array.values
-    if len(values) != len(axes):
+def _size(name: str, array: rt.aclIntArray, axes: str):
+    if len(array) != len(axes):
         return (rt.ACLNN_ERR_PARAM_INVALID,
-                f"{name}: expected {len(axes)} elements ({', '.join(axes)}), got {len(values)}: {list(values)}")
-    if any(v <= 0 for axis, v in zip(axes, values) if axis in positive):
-        return (rt.ACLNN_ERR_PARAM_INVALID,
-                f"{name}: expected {', '.join(positive)} > 0, got {list(values)} ({', '.join(axes)})")
+                f"{name}: expected {len(axes)} elements ({', '.join(axes)}), got {len(array)}: "
+                f"{list(array.values)}")
     return rt.OK
 
 
-def _scale(name: str, value):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        return rt.ACLNN_ERR_PARAM_INVALID, f"{name}: expected a finite number, got {type(value).__name__} {value!r}"
+def _positive_spatial(outputSize: rt.aclIntArray, inputSize: rt.aclIntArray):
+    for name, values in (("inputSize", inputSize.values[2:]), ("outputSize", outputSize.values)):
+        if min(values) <= 0:
+            return (rt.ACLNN_ERR_PARAM_INVALID,
+                    f"{name}: expected D, H, W > 0, got {list(values)} (inputSize "
+                    f"{list(inputSize.values)}, outputSize {list(outputSize.values)})")
     return rt.OK
 
 
-def _upsample_checks(go, outputSize, inputSize, alignCorners, scales, gi):
-    """SPEC §6's first-phase checks of UpsampleTrilinear3dBackward, in order (then the
-    scalar arguments and the output's writability)."""
-    yield rt.not_null({"gradOut": go, "outputSize": outputSize, "inputSize": inputSize, "gradInput": gi})
+def _used_scales(scales) -> tuple:
+    """The forward's scales as CANN uses them: all three when all are > 0, else none (every
+    axis from its sizes, in / out). NaN is not > 0."""
+    if all(s > 0 for s in scales):
+        return tuple(float(s) for s in scales)
+    return (None, None, None)
+
+
+def _checks(go, outputSize, inputSize, alignCorners, scales, gi):
+    """Phase one's checks in order, lazily: each may rely on the ones before it."""
+    # The kinds of the Python arguments.
     yield rt.kind({"gradOut": go, "gradInput": gi}, rt.aclTensor)
     yield rt.kind({"outputSize": outputSize, "inputSize": inputSize}, rt.aclIntArray)
-    yield rt.supported_dtype("gradOut", go)
-    yield rt.volume_format("gradOut", go)
-    yield rt.volume_format("gradInput", gi)
-    yield rt.same_dtype("gradInput", gi, "gradOut", go)
-    yield rt.rank5("gradOut", go)
-    yield _int_array("outputSize", outputSize, "DHW", positive="DHW")
-    yield _int_array("inputSize", inputSize, "NCDHW", positive="DHW")
-    N, C, oD, oH, oW = go.logical_shape()
-    yield rt.equal("gradOut", "N, C (inputSize's)", (N, C), inputSize.values[:2])
-    yield rt.equal("gradOut", "D, H, W (outputSize)", (oD, oH, oW), outputSize.values)
-    yield rt.equal("gradInput", f"shape (inputSize in {gi.layout} order)", gi.shape,
-                 _layout.physical_shape(inputSize.values, gi.layout))
     yield rt.boolean("alignCorners", alignCorners)
-    for name, value in zip(("scalesD", "scalesH", "scalesW"), scales):
-        yield _scale(name, value)
+    for name, value in zip(SCALE_NAMES, scales):
+        yield rt.real(name, value)
+    # CheckNotNull2In2Out
+    yield rt.not_null({"gradOut": go, "outputSize": outputSize, "inputSize": inputSize, "gradInput": gi})
+    # CheckDtypeValid1Out1In
+    yield rt.supported_dtype("gradOut", go)
+    yield rt.same_dtype("gradInput", gi, "gradOut", go)
+    # CheckUpsampleShape
+    yield rt.rank5("gradOut", go)
+    yield _size("outputSize", outputSize, "DHW")
+    yield _size("inputSize", inputSize, "NCDHW")
+    # CheckFormat
+    yield rt.volume_format("gradOut", go)
+    # CheckInputElement
+    yield _positive_spatial(outputSize, inputSize)
+    N, C = inputSize.values[:2]
+    yield rt.equal("gradOut", f"shape (inputSize's N, C and outputSize, in {go.layout} order)",
+                   go.shape, _layout.physical_shape((N, C) + outputSize.values, go.layout))
+    yield rt.equal("gradInput", f"shape (inputSize, in {gi.layout} order)", gi.shape,
+                   _layout.physical_shape(inputSize.values, gi.layout))
+    # volsample's own: an infinite scale that would be used (CANN would divide by it), and
+    # the caller's output array must take the result.
+    for name, value in zip(SCALE_NAMES, _used_scales(scales)):
+        if value is not None and not math.isfinite(value):
+            yield (rt.ACLNN_ERR_PARAM_INVALID,
+                   f"{name}: expected a finite scale when all three are > 0 (they are used), "
+                   f"got {value!r}")
     yield rt.writable("gradInput", gi)
 
 
-@rt.phase_one(_UPSAMPLE_OP + "GetWorkspaceSize")
+@rt.phase_one(OP + "GetWorkspaceSize")
 def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(gradOut, outputSize, inputSize, alignCorners,
                                                      scalesD, scalesH, scalesW, gradInput):
     """Phase one of ``aclnnUpsampleTrilinear3dBackward``: check the arguments, plan the work.
@@ -65,7 +99,8 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(gradOut, outputSize, inputS
     Parameters
     ----------
     gradOut : aclTensor, (N, C, Do, Ho, Wo) in its format
-        Gradient of the forward's output; float16, bfloat16, float32 or float64.
+        Gradient of the forward's output; float16, bfloat16, float32 or float64; tagged
+        ND, NCDHW or NDHWC.
     outputSize : aclIntArray of 3
         (Do, Ho, Wo), the forward's output size; each > 0.
     inputSize : aclIntArray of 5
@@ -73,9 +108,9 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(gradOut, outputSize, inputS
         Di, Hi, Wi > 0.
     alignCorners : bool
     scalesD, scalesH, scalesW : float
-        The forward's scale factors; a value <= 0 means "from the sizes" (in / out) on that
-        axis. Ignored with alignCorners.
-    gradInput : aclTensor, inputSize in its format (N, D, H, W, C for NDHWC)
+        The forward's scale factors, used only when all three are > 0; otherwise every
+        axis maps by its sizes (in / out). Ignored with alignCorners.
+    gradInput : aclTensor, inputSize in its format (N, D, H, W, C when tagged NDHWC)
         Output, gradOut's dtype, written in place by phase two.
 
     Returns
@@ -92,28 +127,28 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(gradOut, outputSize, inputS
     """
     scales = (scalesD, scalesH, scalesW)
     status, message = rt.first_failure(
-        _upsample_checks(gradOut, outputSize, inputSize, alignCorners, scales, gradInput))
+        _checks(gradOut, outputSize, inputSize, alignCorners, scales, gradInput))
     if status != rt.ACLNN_SUCCESS:
         return status, message
-    align_corners, scales = bool(alignCorners), tuple(float(s) for s in scales)
+    align_corners, scales = bool(alignCorners), _used_scales(scales)
     size = 0
-    if gradInput.array.size:
+    if gradOut.array.size and gradInput.array.size:
         size = _upsample_workspace_nbytes(gradOut.logical_shape(), inputSize.values, gradOut.dtype,
                                           align_corners, scales, layout=gradInput.layout)
         size += gradInput.array.nbytes  # the NumPy API's result, copied into gradInput
-    run = functools.partial(_run_upsample, gradOut, inputSize.values, align_corners, scales,
-                            gradInput)
-    return rt.ACLNN_SUCCESS, size, rt.aclOpExecutor(_UPSAMPLE_OP, size, run)
+    run = functools.partial(_run, gradOut.logical(), inputSize.values, align_corners, scales,
+                            gradInput.logical(), gradInput.layout)
+    return rt.ACLNN_SUCCESS, size, rt.aclOpExecutor(OP, size, run)
 
 
-def _run_upsample(go, input_size, align_corners, scales, gi):
-    if gi.array.size == 0:  # a zero N or C: nothing to compute
+def _run(grad_output, input_size, align_corners, scales, grad_input, layout):
+    """The computation: ``grad_output`` and ``grad_input`` are (N, C, D, H, W) views of the
+    caller's arrays; the kernels work in ``layout`` (gradInput's)."""
+    if grad_output.size == 0 or grad_input.size == 0:  # a zero N or C: nothing to compute
         return
-    layout = gi.layout
-    grad_output = _layout.physical(go.logical(), layout)  # a view in gradInput's layout
-    result = upsample_trilinear_3d_backward(grad_output, input_size, align_corners, scales,
-                                            layout=layout)
-    gi.logical()[...] = _layout.logical(result, layout)
+    result = upsample_trilinear_3d_backward(_layout.physical(grad_output, layout), input_size,
+                                            align_corners, scales, layout=layout)
+    grad_input[...] = _layout.logical(result, layout)
 
 
 def aclnnUpsampleTrilinear3dBackward(workspace, workspaceSize, executor, stream=None) -> int:
@@ -121,4 +156,4 @@ def aclnnUpsampleTrilinear3dBackward(workspace, workspaceSize, executor, stream=
 
     Parameters and return values as for ``aclnnGridSampler3DBackward``.
     """
-    return rt.execute(_UPSAMPLE_OP, workspace, workspaceSize, executor, stream)
+    return rt.execute(OP, workspace, workspaceSize, executor, stream)
