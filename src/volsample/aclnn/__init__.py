@@ -10,10 +10,13 @@ is a status code, and ``aclGetRecentErrMsg()`` says what was wrong.
 Conventions
 -----------
 * ``None`` stands for a null pointer.
-* A tensor's format tag says how to read its shape: ``ACL_FORMAT_NCDHW`` (and
-  ``ACL_FORMAT_ND`` for a 5-D tensor) is (N, C, D, H, W), ``ACL_FORMAT_NDHWC`` is
-  (N, D, H, W, C). Tensors of one call may mix the two; each is read in its own format.
-  A grid is always (N, Do, Ho, Wo, 3), whatever its tag.
+* Phase one makes CANN's checks in CANN's order (each operator module names its op_api
+  source), after the kinds of the Python arguments, which C's types would fix.
+* Formats are read as CANN's op_api code reads them: a 5-D volume tagged
+  ``ACL_FORMAT_NDHWC`` is (N, D, H, W, C), under any other tag (N, C, D, H, W).
+  GridSampler3DBackward reads gradOutput and inputGrad in input's format, whatever their
+  tags; UpsampleTrilinear3dBackward reads gradOut and gradInput each in its own. A grid is
+  always (N, Do, Ho, Wo, 3), whatever its tag.
 * Workspace: phase one reports the bytes of scratch memory phase two really allocates (the
   kernels' scratch, as ``backward_workspace_nbytes`` counts it, plus the results staged
   before they are copied into the caller's tensors). Phase two refuses a smaller
