@@ -1,9 +1,10 @@
 """Tests of ``volsample.aclnn``, the CANN two-phase API.
 
-Every first-phase check of SPEC §6 has its own case (status code, and a message that names
-the offending parameter); results are compared with the NumPy API (bitwise: same kernels)
-and with PyTorch's CPU operators (independent oracle); the seeds' examples must give the
-documented numbers exactly.
+Every first-phase check has its own case (status code, and a message that names the
+offending parameter) and the order of the checks is CANN's (its op_api sources; the calls
+of its op_api unit tests are replayed in test_aclnn_cann_cases.py); results are compared
+with the NumPy API (bitwise: same kernels) and with PyTorch's CPU operators (independent
+oracle); the seeds' examples must give the documented numbers exactly.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from helpers import DTYPES, assert_bitwise_equal, assert_close, numpy_array, tor
 
 import volsample
 from volsample import aclnn
+from volsample.aclnn import _grid_sampler3d_backward, _upsample_trilinear3d_backward
+from volsample.aclnn import _runtime as aclnn_runtime
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 GRID_OP = "aclnnGridSampler3DBackward"
@@ -130,15 +133,12 @@ GRID_FAULTS = {
     "dtype-grid": (lambda a: with_dtype(a, "grid", np.float16), INVALID, "grid"),
     "dtype-inputGrad": (lambda a: with_dtype(a, "inputGrad", ml_dtypes.bfloat16), INVALID, "inputGrad"),
     "dtype-gridGrad": (lambda a: with_dtype(a, "gridGrad", np.float64), INVALID, "gridGrad"),
-    # 161002: a volume format these operators cannot read
-    "format-gradOutput": (lambda a: retag(a, "gradOutput", fmt=aclnn.ACL_FORMAT_NCHW), INVALID, "gradOutput"),
-    "format-input": (lambda a: retag(a, "input", fmt=aclnn.ACL_FORMAT_NC1HWC0), INVALID, "input"),
-    "format-inputGrad": (lambda a: retag(a, "inputGrad", fmt=aclnn.ACL_FORMAT_NHWC), INVALID, "inputGrad"),
     # 161002: modes
     "interpolationMode-2": (lambda a: a.update(interpolationMode=2), INVALID, "interpolationMode"),
     "interpolationMode--1": (lambda a: a.update(interpolationMode=-1), INVALID, "interpolationMode"),
     "interpolationMode-str": (lambda a: a.update(interpolationMode="nearest"), INVALID, "interpolationMode"),
     "interpolationMode-float": (lambda a: a.update(interpolationMode=0.0), INVALID, "interpolationMode"),
+    "paddingMode-int128": (lambda a: a.update(paddingMode=2**64), INVALID, "paddingMode"),
     "paddingMode-3": (lambda a: a.update(paddingMode=3), INVALID, "paddingMode"),
     "paddingMode--1": (lambda a: a.update(paddingMode=-1), INVALID, "paddingMode"),
     "alignCorners-str": (lambda a: a.update(alignCorners="yes"), INVALID, "alignCorners"),
@@ -178,14 +178,34 @@ def test_grid_phase_one_rejects(valid_grid, fault):
 
 
 @pytest.mark.parametrize("faults, status, param", [
-    # several faults at once: the first in SPEC §6's order is the one reported
+    # several faults at once: the first in CANN's order is the one reported
+    # (the Python kinds, C's types, come first)
+    (["null-gradOutput", "raw-array-grid"], INVALID, "grid"),
+    (["interpolationMode-float", "null-input"], INVALID, "interpolationMode"),
+    # outputMask is read before anything else
+    (["outputMask-size-3", "null-input"], INVALID, "outputMask"),
+    (["outputMask-size-1", "inputGrad-shape"], INVALID, "outputMask"),
+    (["inputGrad-read-only", "outputMask-size-1"], INVALID, "outputMask"),
+    # CheckNotNull2In1Out: gradOutput, input, grid, inputGrad, gridGrad
     (["null-gridGrad", "null-grid"], NULLPTR, "grid"),
     (["dtype-gradOutput", "null-inputGrad"], NULLPTR, "inputGrad"),
+    # CheckDtypeValid: the others against input's dtype first, then input's support
+    (["dtype-input-int32", "dtype-gridGrad"], INVALID, "gridGrad"),
+    (["dtype-gridGrad", "dtype-grid"], INVALID, "grid"),
+    # CheckAttrValid after the dtypes: paddingMode, then interpolationMode
     (["interpolationMode-2", "dtype-grid"], INVALID, "grid"),
+    (["interpolationMode-2", "paddingMode-3"], INVALID, "paddingMode"),
+    # CheckShape: ranks of input, grid, gradOutput; N (grid's, then gradOutput's), C, D/H/W,
+    # grid's last dimension, inputGrad's and gridGrad's shapes
     (["rank-input", "paddingMode-3"], INVALID, "paddingMode"),
-    (["outputMask-size-3", "gridGrad-shape", "grid-last-dim"], INVALID, "grid"),
-    (["outputMask-size-1", "inputGrad-shape"], INVALID, "inputGrad"),
-    (["inputGrad-read-only", "outputMask-size-1"], INVALID, "outputMask"),
+    (["rank-gradOutput", "rank-grid"], INVALID, "grid"),
+    (["rank-gradOutput", "rank-inputGrad"], INVALID, "gradOutput"),
+    (["gradOutput-N", "grid-N"], INVALID, "grid"),
+    (["grid-DHW", "gradOutput-C"], INVALID, "gradOutput"),
+    (["gridGrad-shape", "grid-last-dim"], INVALID, "grid"),
+    (["gridGrad-shape", "inputGrad-shape"], INVALID, "inputGrad"),
+    # the writable outputs (Python's own) come last
+    (["inputGrad-read-only", "gridGrad-shape"], INVALID, "gridGrad"),
 ])
 def test_grid_phase_one_check_order(valid_grid, faults, status, param):
     for name in faults:
@@ -201,6 +221,17 @@ def test_grid_nothing_asked_is_success_without_work(rng, mask):
     arrays["gridGrad"][...] = -7.0
     assert run_grid(grid_args(arrays, mask=mask)) == 0  # no workspace
     assert (arrays["inputGrad"] == 7.0).all() and (arrays["gridGrad"] == -7.0).all()
+
+
+@pytest.mark.parametrize("mask", [None, (False, False)], ids=["null-mask", "all-false"])
+@pytest.mark.parametrize("fault", ["null-input", "null-gridGrad", "dtype-grid", "interpolationMode-2",
+                                   "rank-input", "inputGrad-shape", "inputGrad-read-only"])
+def test_grid_nothing_asked_checks_nothing(valid_grid, mask, fault):
+    """As in CANN (the outputMask test precedes CheckParams): with nothing asked, the
+    tensors, modes and shapes are not checked; only the Python kinds are."""
+    GRID_FAULTS[fault][0](valid_grid)
+    valid_grid["outputMask"] = None if mask is None else aclnn.aclCreateBoolArray(list(mask))
+    assert run_grid(valid_grid) == 0
 
 
 @pytest.mark.parametrize("N, C, in_dhw, out_dhw", [
@@ -259,27 +290,61 @@ def test_grid_output_mask_leaves_other_output_alone(rng, mask):
             assert (arrays[name] == 7.0).all(), f"{name} was written though not asked for"
 
 
-@pytest.mark.parametrize("formats", [
-    ("NDHWC", "NDHWC", "NDHWC"), ("NCDHW", "NDHWC", "NCDHW"), ("NDHWC", "ND", "NDHWC"),
-], ids=lambda f: "-".join(f))
+# input's tag decides how gradOutput, input and inputGrad are read (NDHWC when tagged so,
+# NCDHW for every other tag); the tags of gradOutput and inputGrad are not read.
+TAGGED_FORMATS = [
+    # input, gradOutput, inputGrad tags: why
+    (aclnn.ACL_FORMAT_NDHWC, aclnn.ACL_FORMAT_NCDHW, aclnn.ACL_FORMAT_NCDHW),  # ops-cv's case_no_transpose
+    (aclnn.ACL_FORMAT_NDHWC, aclnn.ACL_FORMAT_NDHWC, aclnn.ACL_FORMAT_ND),
+    (aclnn.ACL_FORMAT_NCDHW, aclnn.ACL_FORMAT_NDHWC, aclnn.ACL_FORMAT_NDHWC),  # the others' tags ignored
+    (aclnn.ACL_FORMAT_ND, aclnn.ACL_FORMAT_NCHW, aclnn.ACL_FORMAT_FRACTAL_Z),
+    (aclnn.ACL_FORMAT_NC1HWC0, aclnn.ACL_FORMAT_NDHWC, aclnn.ACL_FORMAT_NCDHW),  # any other tag reads as NCDHW
+]
+
+
+def tag_layout(tag):
+    return "NDHWC" if tag == aclnn.ACL_FORMAT_NDHWC else "NCDHW"
+
+
+@pytest.mark.parametrize("tags", TAGGED_FORMATS,
+                         ids=lambda t: "-".join(aclnn_runtime.FORMAT_NAMES[f][11:] for f in t))
 @pytest.mark.parametrize("mode, padding, align", [(0, 0, False), (0, 2, True), (1, 1, False)])
-def test_grid_formats_against_torch(rng, formats, mode, padding, align):
-    """gradOutput, input and inputGrad in their own formats (NDHWC is physically
-    channels-last) give PyTorch's gradients."""
-    logical = grid_arrays(rng, dtype=np.float64, N=2, C=5, in_dhw=(3, 4, 5), out_dhw=(2, 3, 4))
-    fmt_go, fmt_in, fmt_gi = formats
-    arrays = dict(logical, gradOutput=physical(logical["gradOutput"], fmt_go),
-                  input=physical(logical["input"], fmt_in))
-    arrays["inputGrad"] = np.zeros_like(physical(logical["input"], fmt_gi))
+def test_grid_formats_against_torch(rng, tags, mode, padding, align):
+    """gradOutput and inputGrad are read and written in input's layout (NDHWC physically
+    channels-last), whatever their own tags, and give PyTorch's gradients."""
+    layout = tag_layout(tags[0])
+    logical = grid_arrays(rng, dtype=np.float64, N=2, C=5, in_dhw=(3, 4, 6), out_dhw=(2, 3, 4))
+    arrays = dict(logical, gradOutput=physical(logical["gradOutput"], layout),
+                  input=physical(logical["input"], layout))
+    arrays["inputGrad"] = np.zeros_like(arrays["input"])
     args = grid_args(arrays, mode=mode, padding=padding, align=align)
-    for name, fmt in zip(("gradOutput", "input", "inputGrad"), formats):
-        retag(args, name, fmt=FORMATS[fmt])
+    for name, tag in zip(("input", "gradOutput", "inputGrad"), tags):
+        retag(args, name, fmt=tag)
     run_grid(args)
     gi, gg = torch.ops.aten.grid_sampler_3d_backward(
         torch_tensor(logical["gradOutput"]), torch_tensor(logical["input"]), torch_tensor(logical["grid"]),
         mode, padding, align, [True, True])
-    assert_close("inputGrad", arrays["inputGrad"], physical(numpy_array(gi), fmt_gi), 1e-12, 1e-12)
+    assert_close("inputGrad", arrays["inputGrad"], physical(numpy_array(gi), layout), 1e-12, 1e-12)
     assert_close("gridGrad", arrays["gridGrad"], numpy_array(gg), 1e-12, 1e-12)
+
+
+@pytest.mark.parametrize("input_layout, gradOutput_layout, inputGrad_layout, param", [
+    # a tensor laid out in its own tag's order, not input's: its C or D/H/W do not match
+    ("NDHWC", "NCDHW", "NDHWC", "gradOutput"),
+    ("NCDHW", "NDHWC", "NCDHW", "gradOutput"),
+    ("NDHWC", "NDHWC", "NCDHW", "inputGrad"),
+    ("NCDHW", "NCDHW", "NDHWC", "inputGrad"),
+])
+def test_grid_shapes_are_read_in_input_layout(rng, input_layout, gradOutput_layout, inputGrad_layout, param):
+    logical = grid_arrays(rng, N=2, C=5, in_dhw=(3, 4, 6), out_dhw=(2, 3, 4))
+    arrays = dict(logical, gradOutput=physical(logical["gradOutput"], gradOutput_layout),
+                  input=physical(logical["input"], input_layout),
+                  inputGrad=physical(logical["inputGrad"], inputGrad_layout))
+    args = grid_args(arrays, fmt=input_layout)
+    retag(args, "gradOutput", fmt=FORMATS[gradOutput_layout])  # its own tag says its order: not read
+    retag(args, "inputGrad", fmt=FORMATS[inputGrad_layout])
+    assert_failed(aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**args), INVALID,
+                  GRID_OP + "GetWorkspaceSize", param)
 
 
 def test_grid_writes_into_strided_views(rng):
@@ -350,7 +415,6 @@ UPSAMPLE_FAULTS = {
     "dtype-gradOut-int64": (lambda a: [with_dtype(a, n, np.int64) for n in ("gradOut", "gradInput")],
                             INVALID, "gradOut"),
     "format-gradOut": (lambda a: retag(a, "gradOut", fmt=aclnn.ACL_FORMAT_NCHW), INVALID, "gradOut"),
-    "format-gradInput": (lambda a: retag(a, "gradInput", fmt=aclnn.ACL_FORMAT_FRACTAL_Z), INVALID, "gradInput"),
     "dtype-gradInput": (lambda a: with_dtype(a, "gradInput", np.float64), INVALID, "gradInput"),
     # 161002: gradOut's rank
     "rank-gradOut": (lambda a: with_shape(a, "gradOut", (2, 3, 5, 63)), INVALID, "gradOut"),
@@ -372,11 +436,13 @@ UPSAMPLE_FAULTS = {
     "gradInput-shape": (lambda a: with_shape(a, "gradInput", (2, 3, 3, 4, 6)), INVALID, "gradInput"),
     "gradInput-rank": (lambda a: with_shape(a, "gradInput", (2, 3, 3, 20)), INVALID, "gradInput"),
     "gradInput-NDHWC-tagged-NCDHW": (lambda a: with_shape(a, "gradInput", (2, 3, 4, 5, 3)), INVALID, "gradInput"),
-    # 161002: the scalar arguments, and an output the call cannot write
+    # 161002: scalar arguments of the wrong kind
     "alignCorners-str": (lambda a: a.update(alignCorners="false"), INVALID, "alignCorners"),
-    "scalesD-nan": (lambda a: a.update(scalesD=float("nan")), INVALID, "scalesD"),
     "scalesH-str": (lambda a: a.update(scalesH="2.0"), INVALID, "scalesH"),
-    "scalesW-inf": (lambda a: a.update(scalesW=float("inf")), INVALID, "scalesW"),
+    "scalesD-bool": (lambda a: a.update(scalesD=True), INVALID, "scalesD"),
+    # 161002: an infinite scale that would be used (all three > 0)
+    "scalesW-inf-used": (lambda a: a.update(scalesD=2.0, scalesH=2.0, scalesW=float("inf")), INVALID, "scalesW"),
+    # 161002: an output the call cannot write
     "gradInput-read-only": (lambda a: a["gradInput"].array.setflags(write=False), INVALID, "gradInput"),
 }
 
@@ -390,12 +456,29 @@ def test_upsample_phase_one_rejects(valid_upsample, fault):
 
 
 @pytest.mark.parametrize("faults, status, param", [
+    # several faults at once: the first in CANN's order is the one reported
+    # (the Python kinds, C's types, come first)
+    (["null-gradOut", "list-outputSize"], INVALID, "outputSize"),
+    (["gradInput-shape", "scalesH-str"], INVALID, "scalesH"),
+    # CheckNotNull2In2Out: gradOut, outputSize, inputSize, gradInput
     (["null-gradInput", "null-inputSize"], NULLPTR, "inputSize"),
-    (["dtype-gradInput", "format-gradOut"], INVALID, "gradOut"),
+    # CheckDtypeValid1Out1In: gradOut's support, then gradInput's against it
+    (["dtype-gradOut-int64", "rank-gradOut"], INVALID, "gradOut"),
     (["rank-gradOut", "dtype-gradInput"], INVALID, "gradInput"),
-    (["inputSize-size-4", "outputSize-zero"], INVALID, "outputSize"),
-    (["gradOut-DHW", "gradOut-C"], INVALID, "gradOut"),
-    (["gradInput-shape", "scalesD-nan"], INVALID, "gradInput"),
+    # CheckUpsampleShape (gradOut's rank, outputSize's and inputSize's sizes), then CheckFormat
+    (["dtype-gradInput", "format-gradOut"], INVALID, "gradInput"),
+    (["format-gradOut", "rank-gradOut"], INVALID, "gradOut"),
+    (["inputSize-size-4", "outputSize-size-2"], INVALID, "outputSize"),
+    (["format-gradOut", "inputSize-size-4"], INVALID, "inputSize"),
+    # CheckInputElement: D/H/W > 0 (inputSize's, outputSize's), gradOut's shape, gradInput's
+    (["outputSize-zero", "format-gradOut"], INVALID, "gradOut"),
+    (["inputSize-size-4", "outputSize-zero"], INVALID, "inputSize"),
+    (["gradOut-DHW", "inputSize-D-zero"], INVALID, "inputSize"),
+    (["gradInput-shape", "outputSize-zero"], INVALID, "outputSize"),
+    (["gradInput-shape", "gradOut-C"], INVALID, "gradOut"),
+    # an infinite used scale and a read-only output come last
+    (["scalesW-inf-used", "gradInput-shape"], INVALID, "gradInput"),
+    (["gradInput-read-only", "scalesW-inf-used"], INVALID, "scalesW"),
 ])
 def test_upsample_phase_one_check_order(valid_upsample, faults, status, param):
     for name in faults:
@@ -404,17 +487,35 @@ def test_upsample_phase_one_check_order(valid_upsample, faults, status, param):
     assert_failed(result, status, UPSAMPLE_OP + "GetWorkspaceSize", param)
 
 
+@pytest.mark.parametrize("tag", [aclnn.ACL_FORMAT_FRACTAL_Z, aclnn.ACL_FORMAT_NCHW, aclnn.ACL_FORMAT_UNDEFINED])
+def test_upsample_gradInput_tag_is_not_checked(rng, tag):
+    """CANN's CheckFormat looks at gradOut's tag only; gradInput is channels-last when
+    tagged NDHWC and (N, C, D, H, W) under any other tag."""
+    arrays = upsample_arrays(rng, dtype=np.float64)
+    args = upsample_args(arrays)
+    retag(args, "gradInput", fmt=tag)
+    run_upsample(args)
+    expected = volsample.upsample_trilinear_3d_backward(arrays["gradOut"], arrays["input_size"])
+    assert_bitwise_equal("gradInput", arrays["gradInput"], expected)
+
+
 @pytest.mark.parametrize("N, C", [(0, 3), (2, 0)])
 @pytest.mark.parametrize("fmt", ["NCDHW", "NDHWC"])
 def test_upsample_zero_batch_or_channels(rng, N, C, fmt):
     assert run_upsample(upsample_args(upsample_arrays(rng, N=N, C=C, fmt=fmt), fmt=fmt)) == 0
 
 
+def cann_scales(scales):
+    """The scales CANN uses: all three when all are > 0, else none (every axis maps by its
+    sizes), as aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize builds its scale list."""
+    return tuple(scales) if all(s > 0 for s in scales) else (None, None, None)
+
+
 UPSAMPLE_CASES = [
     # (input D, H, W, output D, H, W, scales): why
     ((3, 4, 5), (5, 7, 9), (0.0, 0.0, 0.0)),   # upsampling, ratios from the sizes
     ((3, 4, 5), (6, 8, 15), (2.0, 2.0, 3.0)),  # the forward's integer scales
-    ((4, 5, 6), (6, 7, 9), (1.7, -1.0, 1.5)),  # one axis derives from sizes (scale <= 0)
+    ((4, 5, 6), (6, 7, 9), (1.7, -1.0, 1.5)),  # one scale <= 0: every axis from the sizes
     ((6, 7, 8), (3, 7, 5), (0.0, 0.0, 0.0)),   # downsampling, and an identity axis
     ((1, 1, 2), (3, 2, 1), (0.0, 0.0, 0.0)),   # size-1 axes
     ((3, 4, 5), (5, 7, 9), (0.9, 3.0, 0.25)),  # scales inconsistent with the sizes
@@ -429,8 +530,23 @@ def test_upsample_matches_numpy_api(rng, dtype, in_dhw, out_dhw, scales, align, 
     arrays = upsample_arrays(rng, dtype=dtype, in_dhw=in_dhw, out_dhw=out_dhw, fmt=fmt)
     run_upsample(upsample_args(arrays, fmt=fmt, align=align, scales=scales))
     expected = volsample.upsample_trilinear_3d_backward(
-        arrays["gradOut"], arrays["input_size"], align, scales, layout=LAYOUT[fmt])
+        arrays["gradOut"], arrays["input_size"], align, cann_scales(scales), layout=LAYOUT[fmt])
     assert_bitwise_equal("gradInput", arrays["gradInput"], expected)
+
+
+@pytest.mark.parametrize("scales", [(1.7, -1.0, 1.5), (1.7, 0.0, 1.5), (-1.0, 1.25, 1.5),
+                                    (1.7, float("nan"), 1.5), (float("inf"), 0.0, 1.4)])
+def test_upsample_scales_all_or_nothing(rng, scales):
+    """One scale <= 0 (or NaN: not > 0) and CANN derives every axis from the sizes, where
+    the NumPy API (like PyTorch) decides per axis."""
+    arrays = upsample_arrays(rng, dtype=np.float64, in_dhw=(4, 5, 6), out_dhw=(6, 7, 9))
+    run_upsample(upsample_args(arrays, scales=scales))
+    from_sizes = volsample.upsample_trilinear_3d_backward(arrays["gradOut"], arrays["input_size"])
+    assert_bitwise_equal("gradInput", arrays["gradInput"], from_sizes)
+    finite = tuple(s if math.isfinite(s) else None for s in scales)
+    per_axis = volsample.upsample_trilinear_3d_backward(arrays["gradOut"], arrays["input_size"],
+                                                        scales=finite)
+    assert not np.array_equal(arrays["gradInput"], per_axis)  # the case tells the two apart
 
 
 @pytest.mark.parametrize("fmt_go, fmt_gi", [("NDHWC", "NDHWC"), ("NCDHW", "NDHWC"), ("NDHWC", "ND")])
@@ -447,7 +563,8 @@ def test_upsample_formats_against_torch(rng, fmt_go, fmt_gi, in_dhw, out_dhw, sc
     retag(args, "gradInput", fmt=FORMATS[fmt_gi])
     run_upsample(args)
     expected = torch.ops.aten.upsample_trilinear3d_backward(
-        torch_tensor(logical["gradOut"]), list(out_dhw), list(logical["input_size"]), align, *scales)
+        torch_tensor(logical["gradOut"]), list(out_dhw), list(logical["input_size"]), align,
+        *cann_scales(scales))
     assert_close("gradInput", arrays["gradInput"], physical(numpy_array(expected), fmt_gi), 1e-12, 1e-12)
 
 
@@ -461,9 +578,8 @@ def test_upsample_phase_one_never_raises(valid_upsample, position, value):
     args = [valid_upsample[name] for name in names]
     args[position] = value
     status, size, executor = aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(*args)
-    if names[position].startswith("scales") and value is not None and isinstance(value, (int, float)) \
-            and math.isfinite(value):
-        # any finite scale is valid (<= 0: from the sizes; huge: source coordinate 0)
+    if names[position].startswith("scales") and isinstance(value, (int, float)):
+        # any number is valid beside two zero scales: every axis maps by its sizes
         assert status == 0, aclnn.aclGetRecentErrMsg()
         assert aclnn.aclnnUpsampleTrilinear3dBackward(aclnn.aclrtMalloc(size), size, executor) == 0
         return
@@ -480,6 +596,8 @@ PHASE_ONE = {GRID_OP: aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize,
 PHASE_TWO = {GRID_OP: aclnn.aclnnGridSampler3DBackward,
              UPSAMPLE_OP: aclnn.aclnnUpsampleTrilinear3dBackward}
 OUTPUT = {GRID_OP: "inputGrad", UPSAMPLE_OP: "gradInput"}
+# The operator module of each operator, and the function its run step computes with
+OPERATOR_MODULE = {GRID_OP: _grid_sampler3d_backward, UPSAMPLE_OP: _upsample_trilinear3d_backward}
 NUMPY_FUNCTION = {GRID_OP: "grid_sample_3d_backward", UPSAMPLE_OP: "upsample_trilinear_3d_backward"}
 
 
@@ -564,7 +682,7 @@ def test_computation_failure_is_runtime_error(valid_call, monkeypatch):
 
     def fail(*args, **kwargs):
         raise MemoryError("out of memory")
-    monkeypatch.setattr(aclnn, NUMPY_FUNCTION[op], fail)
+    monkeypatch.setattr(OPERATOR_MODULE[op], NUMPY_FUNCTION[op], fail)
     _, size, executor = PHASE_ONE[op](**args)
     assert PHASE_TWO[op](aclnn.aclrtMalloc(size), size, executor) == RUNTIME
     message = aclnn.aclGetRecentErrMsg()
@@ -576,7 +694,7 @@ def test_phase_one_internal_error_is_a_status(valid_grid, monkeypatch):
     """Even a bug behind phase one's checks reaches the caller as a status, not an exception."""
     def fail(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
-    monkeypatch.setattr(aclnn, "_grid_workspace_nbytes", fail)
+    monkeypatch.setattr(_grid_sampler3d_backward, "_grid_workspace_nbytes", fail)
     result = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**valid_grid)
     assert result == (RUNTIME, 0, None)
     assert "ZeroDivisionError" in aclnn.aclGetRecentErrMsg()

@@ -33,6 +33,7 @@ import volsample
 import volsample.torch as vt
 from volsample import InvalidArgumentError, UnsupportedDTypeError, aclnn
 from volsample import _reference as reference
+from volsample.aclnn import _runtime as aclnn_runtime
 
 FUZZ = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -261,9 +262,9 @@ ACL_FORMATS = {"ND": aclnn.ACL_FORMAT_ND, "NCDHW": aclnn.ACL_FORMAT_NCDHW,
 ACL_LAYOUT = {"ND": "NCDHW", "NCDHW": "NCDHW", "NDHWC": "NDHWC"}
 
 
-def acl_volume(logical_array, fmt):
-    """An aclTensor holding a logical volume in ``fmt``'s physical order."""
-    arr = np.ascontiguousarray(physical(logical_array, ACL_LAYOUT[fmt]))
+def acl_volume(logical_array, layout, fmt):
+    """An aclTensor tagged ``fmt`` holding a logical volume in ``layout``'s physical order."""
+    arr = np.ascontiguousarray(physical(logical_array, layout))
     return aclnn.aclCreateTensor(arr, ACL_FORMATS[fmt]), arr
 
 
@@ -280,12 +281,14 @@ FORMAT_NAMES = st.sampled_from(list(ACL_FORMATS))
 @FEW
 @given(case=grid_sample_cases(), formats=st.tuples(FORMAT_NAMES, FORMAT_NAMES, FORMAT_NAMES))
 def test_aclnn_grid_sampler_matches_reference(case, formats):
-    """Each volume tensor in its own format (CANN keeps one dtype: the grid's is the input's)."""
+    """input's format decides the layout of gradOutput, input and inputGrad (their own
+    tags are not read, as in CANN); CANN keeps one dtype: the grid's is the input's."""
     case = dict(case, grid_dtype=case["dtype"])
     x, grid, grad_out = grid_sample_arrays(case)
-    go_t, _ = acl_volume(grad_out, formats[0])
-    in_t, _ = acl_volume(x, formats[1])
-    gi_t, gi = acl_volume(np.zeros_like(x), formats[2])
+    layout = ACL_LAYOUT[formats[1]]
+    go_t, _ = acl_volume(grad_out, layout, formats[0])
+    in_t, _ = acl_volume(x, layout, formats[1])
+    gi_t, gi = acl_volume(np.zeros_like(x), layout, formats[2])
     gg = np.zeros_like(grid)
     modes = (MODES.index(case["mode"]), PADDINGS.index(case["padding_mode"]), case["align_corners"])
     run_two_phases(aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize, aclnn.aclnnGridSampler3DBackward,
@@ -294,8 +297,7 @@ def test_aclnn_grid_sampler_matches_reference(case, formats):
     ref_gi, ref_gg = reference.grid_sample_3d_backward(
         grad_out, x, grid, case["mode"], case["padding_mode"], case["align_corners"])
     want_input, want_grid = case["output_mask"]
-    check("inputGrad", logical(gi, ACL_LAYOUT[formats[2]]), ref_gi if want_input else 0 * ref_gi,
-          case["dtype"])
+    check("inputGrad", logical(gi, layout), ref_gi if want_input else 0 * ref_gi, case["dtype"])
     check("gridGrad", gg, ref_gg if want_grid else 0 * ref_gg, case["dtype"])
 
 
@@ -303,17 +305,17 @@ def test_aclnn_grid_sampler_matches_reference(case, formats):
 @given(case=upsample_cases(), formats=st.tuples(FORMAT_NAMES, FORMAT_NAMES))
 def test_aclnn_upsample_matches_reference(case, formats):
     x, grad_out = upsample_arrays(case)
-    go_t, _ = acl_volume(grad_out, formats[0])
-    gi_t, gi = acl_volume(np.zeros_like(x), formats[1])
-    # aclnn passes 0.0 for "no scale" (<= 0 means from the sizes).
+    go_t, _ = acl_volume(grad_out, ACL_LAYOUT[formats[0]], formats[0])
+    gi_t, gi = acl_volume(np.zeros_like(x), ACL_LAYOUT[formats[1]], formats[1])
+    # aclnn passes 0.0 for "no scale"; CANN uses the scales only when all three are > 0.
     scales = [0.0 if s is None else s for s in (case["backward_scales"] or (None,) * 3)]
+    used = tuple(scales) if all(s > 0 for s in scales) else None
     run_two_phases(aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize,
                    aclnn.aclnnUpsampleTrilinear3dBackward,
                    (go_t, aclnn.aclCreateIntArray(list(case["out_dhw"])),
                     aclnn.aclCreateIntArray(list(x.shape)), case["align_corners"], *scales, gi_t))
     check("gradInput", logical(gi, ACL_LAYOUT[formats[1]]),
-          reference.upsample_trilinear_3d_backward(grad_out, x.shape, case["align_corners"],
-                                                   reference_scales(case["backward_scales"])),
+          reference.upsample_trilinear_3d_backward(grad_out, x.shape, case["align_corners"], used),
           case["dtype"])
 
 
@@ -528,7 +530,7 @@ def junk_arrays():
 JUNK = st.one_of(
     st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=5), st.lists(st.integers(-3, 8), max_size=6), st.builds(object), junk_arrays(),
-    st.builds(aclnn.aclTensor, junk_arrays(), st.sampled_from(sorted(aclnn._FORMAT_NAMES))),
+    st.builds(aclnn.aclTensor, junk_arrays(), st.sampled_from(sorted(aclnn_runtime.FORMAT_NAMES))),
     st.lists(st.integers(-3, 8), max_size=6).map(aclnn.aclIntArray),
     st.lists(st.booleans(), max_size=3).map(aclnn.aclBoolArray),
     st.builds(aclnn.aclrtStream), st.builds(lambda: aclnn.aclOpExecutor("other", 0, lambda: None)),
