@@ -538,7 +538,8 @@ JUNK = st.one_of(
 
 
 def valid_grid_call():
-    x, grid, go = grid_sample_arrays(dict(dtype=np.dtype(np.float32), grid_dtype=np.dtype(np.float32),
+    # float16: its float32 accumulator is real scratch, so the workspace is not 0
+    x, grid, go = grid_sample_arrays(dict(dtype=np.dtype(np.float16), grid_dtype=np.dtype(np.float16),
                                           N=2, C=3, in_dhw=(3, 4, 5), out_dhw=(2, 3, 2), seed=1))
     t = aclnn.aclCreateTensor
     return [t(go), t(x), t(grid), 0, 0, False, aclnn.aclCreateBoolArray([True, True]),
