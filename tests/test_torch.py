@@ -347,8 +347,9 @@ def test_numpy_views_share_the_tensors_memory(dtype, fmt):
     t = in_format(torch.randn(2, 3, 4, 5, 6).to(dtype), fmt)
     layout = _common.layout(t)
     assert layout == ("NDHWC" if fmt == "channels_last" else "NCDHW")
-    arr = _common.to_numpy(t, layout)
+    arr = _common.read_only_numpy(t, layout)
     assert arr.ctypes.data == t.data_ptr() and arr.flags.c_contiguous
+    assert not arr.flags.writeable  # the torch layer only reads its operands
     logical = arr.transpose(0, 4, 1, 2, 3) if layout == "NDHWC" else arr
     np.testing.assert_array_equal(logical.astype(np.float64), t.double().numpy())
     back = _common.from_numpy(arr, layout)

@@ -1,10 +1,10 @@
 """What the operator families share: zero-copy views between CPU tensors and NumPy
 arrays, layouts, torch-level argument checks and the GPU backend.
 
-A CPU tensor reaches the NumPy API as a view of its own memory: a channels-last tensor
-as its (N, D, H, W, C) physical view with ``layout="NDHWC"``, a bfloat16 tensor through
-its int16 bits viewed as ``ml_dtypes.bfloat16``. Results come back the same way, so the
-torch layer adds no copy in either direction.
+A CPU tensor reaches the NumPy API as a read-only view of its own memory: a channels-last
+tensor as its (N, D, H, W, C) physical view with ``layout="NDHWC"``, a bfloat16 tensor
+through its 16-bit words viewed as ``ml_dtypes.bfloat16``. Results come back the same way,
+so the torch layer adds no copy in either direction.
 """
 from __future__ import annotations
 
@@ -49,15 +49,31 @@ def empty_volume(shape, like: torch.Tensor, dtype=None) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 
 
-def to_numpy(t: torch.Tensor, layout: str = "NCDHW") -> np.ndarray:
-    """The memory of the CPU tensor ``t`` as a NumPy array, in ``layout``'s axis order
-    (a volume's physical order); a view, never a copy, whatever the strides."""
-    t = t.detach()
+class _TensorMemory:
+    """NumPy's array interface over a CPU tensor's elements, read-only. The address comes
+    from ``Tensor.const_data_ptr()``, a read access: ``Tensor.numpy()``, ``data_ptr()``,
+    ``__dlpack__()`` and the storage's ``data_ptr()`` all take the writable address, which
+    makes a lazily copied (copy-on-write) tensor copy its data first. The array's base is
+    this object, which holds the tensor, so the memory lives as long as the array."""
+
+    def __init__(self, t: torch.Tensor):
+        self.tensor = t
+        size = t.element_size()
+        self.__array_interface__ = {
+            "version": 3, "shape": tuple(t.shape), "typestr": f"<u{size}",
+            "strides": tuple(s * size for s in t.stride()), "data": (t.const_data_ptr(), True)}
+
+
+def read_only_numpy(t: torch.Tensor, layout: str = "NCDHW") -> np.ndarray:
+    """The elements of the CPU tensor ``t`` as a read-only NumPy array in ``layout``'s axis
+    order (a volume's physical order): a view of its memory whatever the strides, never a
+    copy, and a copy-on-write tensor stays unmaterialised (the torch layer only reads its
+    operands; its results are tensors of its own). The raw elements: an op's operands come
+    with negative views resolved by the dispatcher."""
     if layout == "NDHWC":
         t = t.permute(_NDHWC)
-    if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: reinterpret the bits
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    # Unsigned words of the element's size, then the element type (NumPy has no bfloat16).
+    return np.asarray(_TensorMemory(t)).view(_TO_NUMPY[t.dtype])
 
 
 def from_numpy(arr: np.ndarray, layout: str = "NCDHW") -> torch.Tensor:

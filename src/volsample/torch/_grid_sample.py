@@ -76,8 +76,9 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
     _check(input, grid, interpolation_mode, padding_mode, align_corners)
     layout = _common.layout(input)
     out = _numpy_api.grid_sample_3d(
-        _common.to_numpy(input, layout), _common.to_numpy(grid), _MODE_NAMES[interpolation_mode],
-        _PADDING_NAMES[padding_mode], align_corners, layout=layout)
+        _common.read_only_numpy(input, layout), _common.read_only_numpy(grid),
+        _MODE_NAMES[interpolation_mode], _PADDING_NAMES[padding_mode], align_corners,
+        layout=layout)
     return _common.from_numpy(out, layout)
 
 
@@ -105,9 +106,9 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
                            align_corners, output_mask)
     layout = _common.layout(input)
     grad_input, grad_grid = _numpy_api.grid_sample_3d_backward(
-        _common.to_numpy(grad_output, layout), _common.to_numpy(input, layout),
-        _common.to_numpy(grid), _MODE_NAMES[interpolation_mode], _PADDING_NAMES[padding_mode],
-        align_corners, mask, layout=layout)
+        _common.read_only_numpy(grad_output, layout), _common.read_only_numpy(input, layout),
+        _common.read_only_numpy(grid), _MODE_NAMES[interpolation_mode],
+        _PADDING_NAMES[padding_mode], align_corners, mask, layout=layout)
     return (_unasked(input) if grad_input is None else _common.from_numpy(grad_input, layout),
             _unasked(grid) if grad_grid is None else _common.from_numpy(grad_grid))
 

@@ -71,7 +71,7 @@ def upsample_trilinear3d(input, output_size, align_corners, scales=None):
     output_size, scales = _check(input, output_size, align_corners, scales)
     layout = _common.layout(input)
     out = _numpy_api.upsample_trilinear_3d(
-        _common.to_numpy(input, layout), size=None if scales else output_size,
+        _common.read_only_numpy(input, layout), size=None if scales else output_size,
         scale_factor=scales, align_corners=align_corners, layout=layout)
     return _common.from_numpy(out, layout)
 
@@ -97,7 +97,8 @@ def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales
     input_size, scales = _check_backward(grad_output, input_size, align_corners, scales)
     layout = _common.layout(grad_output)
     grad_input = _numpy_api.upsample_trilinear_3d_backward(
-        _common.to_numpy(grad_output, layout), input_size, align_corners, scales, layout=layout)
+        _common.read_only_numpy(grad_output, layout), input_size, align_corners, scales,
+        layout=layout)
     return _common.from_numpy(grad_input, layout)
 
 
