@@ -1,7 +1,28 @@
 """Argument checks shared by every front door.
 
 One checker per kind of precondition; every message names the argument, says what was
-expected and echoes what came. All checks run before any work is done.
+expected and echoes what came. All checks run before any work is done. Each error also
+carries the argument, the kind of mistake and the value that came, so that a front door
+can put the mistake in its own terms (the torch layer starts its messages with PyTorch's
+words for the same mistake). The kinds:
+
+    type            not of the Python type expected (not an array, a float size, a flag
+                    that is not a bool, a scale that is not a number)
+    dtype           an unsupported dtype
+    dtype_mismatch  dtypes that do not go together (value: the expected dtype, the one that came)
+    rank            the wrong number of dimensions (value: the number that came)
+    shape           a shape that does not fit (a grid's last dimension, a gradient's shape)
+    batch           a batch size that differs from the input's
+    empty           an empty spatial dimension
+    choice          a value not among those supported (a mode, a layout, an op's code)
+    length          a sequence of the wrong length
+    too_small       a number below the least allowed (a size or scale that gives no voxels)
+    too_large       a number above the most allowed
+    nonfinite       NaN or infinity
+    mismatch        values that contradict each other (scales and sizes)
+    exclusive       both or neither of two arguments that go one at a time (value: "both"
+                    or "neither")
+    device          tensors on different devices
 """
 from __future__ import annotations
 
@@ -15,7 +36,12 @@ from ._modes import BILINEAR, BORDER, NEAREST, REFLECTION, ZEROS
 
 
 class VolsampleError(Exception):
-    """Base class of every error volsample raises on bad input."""
+    """Base class of every error volsample raises on bad input. ``argument``, ``kind`` (one
+    of the kinds above) and ``value`` say what was wrong, where the check knows it."""
+
+    def __init__(self, message, *, argument=None, kind=None, value=None):
+        super().__init__(message)
+        self.argument, self.kind, self.value = argument, kind, value
 
 
 class InvalidArgumentError(VolsampleError, ValueError):
@@ -34,7 +60,8 @@ LAYOUTS = ("NCDHW", "NDHWC")
 def _choice(name: str, value, table: dict):
     if not isinstance(value, str) or value not in table:
         raise InvalidArgumentError(
-            f"{name}: expected one of {', '.join(repr(k) for k in table)}, got {value!r}")
+            f"{name}: expected one of {', '.join(repr(k) for k in table)}, got {value!r}",
+            argument=name, kind="choice", value=value)
     return table[value]
 
 
@@ -50,13 +77,15 @@ def padding_code(padding_mode) -> int:
 
 def layout_name(layout) -> str:
     if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise InvalidArgumentError(f"layout: expected 'NCDHW' or 'NDHWC', got {layout!r}")
+        raise InvalidArgumentError(f"layout: expected 'NCDHW' or 'NDHWC', got {layout!r}",
+                                   argument="layout", kind="choice", value=layout)
     return layout
 
 
 def boolean(name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise InvalidArgumentError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
+        raise InvalidArgumentError(f"{name}: expected a bool, got {type(value).__name__} {value!r}",
+                                   argument=name, kind="type", value=value)
     return bool(value)
 
 
@@ -66,7 +95,8 @@ def output_mask(value) -> tuple[bool, bool]:
     except TypeError:
         items = None
     if items is None or len(items) != 2 or not all(isinstance(v, (bool, np.bool_)) for v in items):
-        raise InvalidArgumentError(f"output_mask: expected a pair of bools, got {value!r}")
+        raise InvalidArgumentError(f"output_mask: expected a pair of bools, got {value!r}",
+                                   argument="output_mask", kind="type", value=value)
     return bool(items[0]), bool(items[1])
 
 
@@ -77,23 +107,27 @@ def array(name: str, value, ndim: int, labels: bool = False) -> np.ndarray:
         if hasattr(value, "__array__") or isinstance(value, (list, tuple)):
             value = np.asarray(value)
         else:
-            raise UnsupportedDTypeError(f"{name}: expected a NumPy array, got {type(value).__name__}")
+            raise UnsupportedDTypeError(
+                f"{name}: expected a NumPy array, got {type(value).__name__}",
+                argument=name, kind="type", value=value)
     if not _dtypes.is_supported(value.dtype) and not (labels and value.dtype in _dtypes.LABELS):
         hint = (" (integer label maps, uint8/int16/int32, are sampled by grid_sample_3d with "
                 "mode='nearest' only)" if value.dtype in _dtypes.LABELS else "")
         raise UnsupportedDTypeError(
             f"{name}: expected dtype float16, bfloat16, float32 or float64, got {value.dtype}"
-            + hint)
+            + hint, argument=name, kind="dtype", value=value.dtype)
     if value.ndim != ndim:
         raise InvalidArgumentError(
-            f"{name}: expected a {ndim}-D array, got {value.ndim}-D with shape {value.shape}")
+            f"{name}: expected a {ndim}-D array, got {value.ndim}-D with shape {value.shape}",
+            argument=name, kind="rank", value=value.ndim)
     return value
 
 
 def same_dtype(name: str, arr: np.ndarray, reference_name: str, reference: np.ndarray) -> None:
     if arr.dtype != reference.dtype:
         raise UnsupportedDTypeError(
-            f"{name}: expected dtype {reference.dtype} (the dtype of {reference_name}), got {arr.dtype}")
+            f"{name}: expected dtype {reference.dtype} (the dtype of {reference_name}), "
+            f"got {arr.dtype}", argument=name, kind="dtype_mismatch", value=(reference.dtype, arr.dtype))
 
 
 def grid_dtype(grid: np.ndarray, volume: np.ndarray) -> None:
@@ -104,36 +138,48 @@ def grid_dtype(grid: np.ndarray, volume: np.ndarray) -> None:
             return
         raise UnsupportedDTypeError(
             f"grid: expected dtype float32 or float64 with an integer ({volume.dtype}) input, "
-            f"got {grid.dtype}")
+            f"got {grid.dtype}", argument="grid", kind="dtype_mismatch",
+            value=(volume.dtype, grid.dtype))
     if grid.dtype == volume.dtype:
         return
     if _dtypes.is_sixteen_bit(volume.dtype) and grid.dtype in (_dtypes.FLOAT32, _dtypes.FLOAT64):
         return
     raise UnsupportedDTypeError(
         f"grid: expected dtype {volume.dtype} (the dtype of input), or float32/float64 with a "
-        f"float16/bfloat16 input, got {grid.dtype}")
+        f"float16/bfloat16 input, got {grid.dtype}", argument="grid", kind="dtype_mismatch",
+        value=(volume.dtype, grid.dtype))
 
 
 def shape_equal(name: str, shape, expected, what: str) -> None:
     if tuple(shape) != tuple(expected):
-        raise InvalidArgumentError(f"{name}: expected {what} {tuple(expected)}, got {tuple(shape)}")
+        raise InvalidArgumentError(f"{name}: expected {what} {tuple(expected)}, got {tuple(shape)}",
+                                   argument=name, kind="shape", value=tuple(shape))
 
 
 def nonempty_spatial(name: str, spatial) -> None:
     if min(spatial) <= 0:
         raise InvalidArgumentError(
-            f"{name}: expected non-empty spatial dimensions (D, H, W), got {tuple(spatial)}")
+            f"{name}: expected non-empty spatial dimensions (D, H, W), got {tuple(spatial)}",
+            argument=name, kind="empty", value=tuple(spatial))
 
 
 # Largest size per axis: products of sizes and strides must stay inside int64.
 MAX_SIZE = 2 ** 40
 
 
+def _bound(value, minimum) -> str:
+    """The kind of an out-of-range number: below ``minimum`` or above MAX_SIZE."""
+    return "too_small" if value < minimum else "too_large"
+
+
 def positive_int(name: str, value) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise InvalidArgumentError(f"{name}: expected a positive integer, got {type(value).__name__} {value!r}")
+        raise InvalidArgumentError(
+            f"{name}: expected a positive integer, got {type(value).__name__} {value!r}",
+            argument=name, kind="type", value=value)
     if value <= 0 or value > MAX_SIZE:
-        raise InvalidArgumentError(f"{name}: expected a positive integer <= 2**40, got {value}")
+        raise InvalidArgumentError(f"{name}: expected a positive integer <= 2**40, got {value}",
+                                   argument=name, kind=_bound(value, 1), value=value)
     return int(value)
 
 
@@ -142,24 +188,32 @@ def int_sequence(name: str, value, length: int, minimum: int) -> tuple[int, ...]
     try:
         items = tuple(value)
     except TypeError:
-        raise InvalidArgumentError(f"{name}: expected {length} integers, got {value!r}") from None
+        raise InvalidArgumentError(f"{name}: expected {length} integers, got {value!r}",
+                                   argument=name, kind="type", value=value) from None
     if len(items) != length:
-        raise InvalidArgumentError(f"{name}: expected {length} integers, got {len(items)}: {value!r}")
+        raise InvalidArgumentError(
+            f"{name}: expected {length} integers, got {len(items)}: {value!r}",
+            argument=name, kind="length", value=value)
     for v in items:
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Integral):
-            raise InvalidArgumentError(f"{name}: expected integers, got {type(v).__name__} {v!r} in {value!r}")
+            raise InvalidArgumentError(
+                f"{name}: expected integers, got {type(v).__name__} {v!r} in {value!r}",
+                argument=name, kind="type", value=value)
         if v < minimum or v > MAX_SIZE:
             raise InvalidArgumentError(
-                f"{name}: expected integers in [{minimum}, 2**40], got {v} in {value!r}")
+                f"{name}: expected integers in [{minimum}, 2**40], got {v} in {value!r}",
+                argument=name, kind=_bound(v, minimum), value=value)
     return tuple(int(v) for v in items)
 
 
 def _finite_real(name: str, v, value) -> float:
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
         raise InvalidArgumentError(
-            f"{name}: expected real numbers, got {type(v).__name__} {v!r} in {value!r}")
+            f"{name}: expected real numbers, got {type(v).__name__} {v!r} in {value!r}",
+            argument=name, kind="type", value=value)
     if not math.isfinite(float(v)):  # plain Python: torch.compile traces NumPy calls
-        raise InvalidArgumentError(f"{name}: expected finite numbers, got {v!r} in {value!r}")
+        raise InvalidArgumentError(f"{name}: expected finite numbers, got {v!r} in {value!r}",
+                                   argument=name, kind="nonfinite", value=value)
     return float(v)
 
 
@@ -170,10 +224,12 @@ def scale_factors(name: str, value, length: int) -> tuple[float, ...]:
     items = value if isinstance(value, (list, tuple, np.ndarray)) else (value,) * length
     if len(items) != length:
         raise InvalidArgumentError(
-            f"{name}: expected a number or {length} numbers, got {len(items)}: {value!r}")
+            f"{name}: expected a number or {length} numbers, got {len(items)}: {value!r}",
+            argument=name, kind="length", value=value)
     items = tuple(_finite_real(name, v, value) for v in items)
     if min(items) <= 0:
-        raise InvalidArgumentError(f"{name}: expected positive numbers, got {value!r}")
+        raise InvalidArgumentError(f"{name}: expected positive numbers, got {value!r}",
+                                   argument=name, kind="too_small", value=value)
     return items
 
 
@@ -185,10 +241,12 @@ def optional_scales(name: str, value, length: int) -> tuple[float | None, ...]:
         items = tuple(value)
     except TypeError:
         raise InvalidArgumentError(
-            f"{name}: expected None or {length} numbers-or-None, got {value!r}") from None
+            f"{name}: expected None or {length} numbers-or-None, got {value!r}",
+            argument=name, kind="type", value=value) from None
     if len(items) != length:
         raise InvalidArgumentError(
-            f"{name}: expected None or {length} numbers-or-None, got {len(items)}: {value!r}")
+            f"{name}: expected None or {length} numbers-or-None, got {len(items)}: {value!r}",
+            argument=name, kind="length", value=value)
     return tuple(None if v is None else _finite_real(name, v, value) for v in items)
 
 
@@ -196,9 +254,9 @@ def upsample_output_size(in_spatial, size, scale_factor):
     """Upsampling's output spatial size and per-axis forward scales (None where ``size``
     was given), from exactly one of ``size`` and ``scale_factor``."""
     if (size is None) == (scale_factor is None):
-        raise InvalidArgumentError(
-            "size, scale_factor: expected exactly one of them, got "
-            + ("both" if size is not None else "neither"))
+        got = "both" if size is not None else "neither"
+        raise InvalidArgumentError("size, scale_factor: expected exactly one of them, got " + got,
+                                   argument="size, scale_factor", kind="exclusive", value=got)
     if size is not None:
         if isinstance(size, (list, tuple, np.ndarray)):
             return int_sequence("size", size, 3, 1), (None, None, None)
@@ -208,9 +266,11 @@ def upsample_output_size(in_spatial, size, scale_factor):
     if max(out) > MAX_SIZE:
         raise InvalidArgumentError(
             f"scale_factor: expected an output of at most 2**40 voxels per axis, got "
-            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
+            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}",
+            argument="scale_factor", kind="too_large", value=scale_factor)
     if min(out) < 1:
         raise InvalidArgumentError(
             f"scale_factor: expected an output of at least 1 voxel per axis, got "
-            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
+            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}",
+            argument="scale_factor", kind="too_small", value=scale_factor)
     return out, scales

@@ -27,10 +27,11 @@ def _check_code(name: str, value, names: dict) -> None:
     """An integer mode of the op (the public function takes the strings)."""
     if isinstance(value, bool) or value not in names:
         choices = ", ".join(f"{code} ({mode})" for code, mode in names.items())
-        raise _common.ArgumentError(f"{name}: expected one of {choices}, got {value!r}")
+        raise _checks.InvalidArgumentError(f"{name}: expected one of {choices}, got {value!r}",
+                                           argument=name, kind="choice", value=value)
 
 
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _check(input, grid, interpolation_mode, padding_mode, align_corners):
     """Checks every device needs before its kernels run (and the fake before it makes a
     shape): the tensors, their device, the modes, and the shapes and dtypes that fit."""
@@ -40,22 +41,26 @@ def _check(input, grid, interpolation_mode, padding_mode, align_corners):
     _check_code("interpolation_mode", interpolation_mode, _MODE_NAMES)
     _check_code("padding_mode", padding_mode, _PADDING_NAMES)
     _checks.boolean("align_corners", align_corners)
+    _common.floating("input", input)
     if grid.shape[-1] != 3:
         raise _checks.InvalidArgumentError(
-            f"grid: expected last dimension 3 (x, y, z), got shape {tuple(grid.shape)}")
+            f"grid: expected last dimension 3 (x, y, z), got shape {tuple(grid.shape)}",
+            argument="grid", kind="shape", value=tuple(grid.shape))
     if grid.shape[0] != input.shape[0]:
         raise _checks.InvalidArgumentError(f"grid: expected batch size {input.shape[0]} "
-                                           f"(input's N), got shape {tuple(grid.shape)}")
+                                           f"(input's N), got shape {tuple(grid.shape)}",
+                                           argument="grid", kind="batch", value=grid.shape[0])
     _checks.nonempty_spatial("input", tuple(input.shape[2:]))
     sixteen_bit = input.dtype in (torch.float16, torch.bfloat16)
     wide = grid.dtype in (torch.float32, torch.float64)
     if grid.dtype != input.dtype and not (sixteen_bit and wide):
         raise _checks.UnsupportedDTypeError(
             f"grid: expected dtype {input.dtype} (the dtype of input), or torch.float32/float64 "
-            f"with a float16/bfloat16 input, got {grid.dtype}")
+            f"with a float16/bfloat16 input, got {grid.dtype}",
+            argument="grid", kind="dtype_mismatch", value=(input.dtype, grid.dtype))
 
 
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _check_backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
                     output_mask):
     _check(input, grid, interpolation_mode, padding_mode, align_corners)
@@ -152,16 +157,17 @@ _BACKWARD_JVP_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, Tensor 
                         "bool[] output_mask) -> (Tensor, Tensor)")
 
 
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _check_tangent(grid_tangent, grid):
     _common.tensor("grid_tangent", grid_tangent)
+    _common.floating("grid_tangent", grid_tangent)
     _common.same_device(grid_tangent=grid_tangent, grid=grid)
     _checks.shape_equal("grid_tangent", grid_tangent.shape, grid.shape, "grid's shape")
 
 
 @torch.library.custom_op("volsample::grid_sampler_3d_jvp", mutates_args=(),
                          device_types=("cpu", "cuda"), schema=_JVP_SCHEMA)
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_mode,
                         align_corners):
     """The derivative of ``grid_sampler_3d(input, grid)`` along ``grid_tangent`` (a grid
@@ -177,7 +183,7 @@ def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_m
 
 
 @grid_sampler_3d_jvp.register_fake
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode, padding_mode,
                               align_corners):
     _check(input, grid, interpolation_mode, padding_mode, align_corners)
@@ -187,7 +193,7 @@ def _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode, pad
 
 @torch.library.custom_op("volsample::grid_sampler_3d_backward_jvp", mutates_args=(),
                          device_types=("cpu", "cuda"), schema=_BACKWARD_JVP_SCHEMA)
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpolation_mode,
                                  padding_mode, align_corners, output_mask):
     """The derivatives of ``grid_sampler_3d_backward``'s (grad_input, grad_grid) along
@@ -211,7 +217,7 @@ def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpo
 
 
 @grid_sampler_3d_backward_jvp.register_fake
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _grid_sampler_3d_backward_jvp_fake(grad_output, input, grid, grid_tangent,
                                        interpolation_mode, padding_mode, align_corners,
                                        output_mask):
@@ -436,7 +442,7 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     >>> volsample.torch.grid_sample(volume, centre, align_corners=True).flatten()
     tensor([3.5000])
     """
-    with _common.torch_errors():
+    with _common.torch_errors(_common.GRID_SAMPLER):
         _common.tensor("input", input)
         _common.tensor("grid", grid)
         modes = (_checks.mode_code(mode), _checks.padding_code(padding_mode),

@@ -30,11 +30,12 @@ def _sizes(name: str, values, length: int, minimum: int) -> tuple:
     return _checks.int_sequence(name, values, length, minimum)
 
 
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.UPSAMPLE)
 def _check(input, output_size, align_corners, scales):
     """Checks every device needs: the tensor, sizes, and scales that give ``output_size``
     (a scale maps coordinates, so it must be the one that made the size)."""
     _common.tensor("input", input)
+    _common.floating("input", input)
     _checks.boolean("align_corners", align_corners)
     output_size = _sizes("output_size", output_size, 3, 1)
     _checks.nonempty_spatial("input", tuple(input.shape[2:]))
@@ -42,15 +43,17 @@ def _check(input, output_size, align_corners, scales):
         scales = _checks.scale_factors("scales", tuple(scales), 3)
         implied = [math.floor(n * s) for n, s in zip(input.shape[2:], scales)]
         if any(a != b for a, b in zip(implied, output_size)):
-            raise _common.ArgumentError(
+            raise _checks.InvalidArgumentError(
                 f"scales: expected the factors of output_size {tuple(output_size)}, got {scales}, "
-                f"which give {tuple(implied)} from input size {tuple(input.shape[2:])}")
+                f"which give {tuple(implied)} from input size {tuple(input.shape[2:])}",
+                argument="scales", kind="mismatch", value=scales)
     return output_size, scales
 
 
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.UPSAMPLE)
 def _check_backward(grad_output, input_size, align_corners, scales):
     _common.tensor("grad_output", grad_output)
+    _common.floating("grad_output", grad_output)
     _checks.boolean("align_corners", align_corners)
     input_size = _sizes("input_size", input_size, 5, 0)
     _checks.nonempty_spatial("input_size", input_size[2:])
@@ -58,7 +61,8 @@ def _check_backward(grad_output, input_size, align_corners, scales):
     if tuple(grad_output.shape[:2]) != input_size[:2]:
         raise _checks.InvalidArgumentError(
             f"grad_output: expected N, C = {input_size[:2]} (those of input_size), got shape "
-            f"{tuple(grad_output.shape)}")
+            f"{tuple(grad_output.shape)}", argument="grad_output", kind="shape",
+            value=tuple(grad_output.shape))
     return input_size, _checks.optional_scales("scales", scales, 3)
 
 
@@ -218,13 +222,11 @@ def upsample_trilinear(input, size=None, scale_factor=None, align_corners=False)
     >>> volsample.torch.upsample_trilinear(volume, size=(1, 1, 3), align_corners=True).flatten()
     tensor([0.0000, 0.5000, 1.0000])
     """
-    with _common.torch_errors():
+    with _common.torch_errors(_common.UPSAMPLE):
         _common.tensor("input", input)
+        output_size, scales = _checks.upsample_output_size(
+            tuple(input.shape[2:]), None if size is None else _common.sizes(size), scale_factor)
         _checks.nonempty_spatial("input", tuple(input.shape[2:]))
-        if size is not None:
-            _common.integer_sizes("size", size)
-        output_size, scales = _checks.upsample_output_size(tuple(input.shape[2:]), size,
-                                                           scale_factor)
         align_corners = _common.align_corners(align_corners)
     return _forward(input, list(output_size), align_corners,
                     None if scales[0] is None else list(scales))
