@@ -349,8 +349,9 @@ def test_numpy_views_share_the_tensors_memory(dtype, fmt):
     t = in_format(torch.randn(2, 3, 4, 5, 6).to(dtype), fmt)
     layout = _common.layout(t)
     assert layout == ("NDHWC" if fmt == "channels_last" else "NCDHW")
-    arr = _common.cpu_array(t)
+    arr = _common.read_only_array(t)
     assert arr.ctypes.data == t.data_ptr() and arr.shape == t.shape
+    assert not arr.flags.writeable  # the torch layer only reads its operands
     assert [s // arr.itemsize for s in arr.strides] == list(t.stride())
     physical = arr.transpose(0, 2, 3, 4, 1) if layout == "NDHWC" else arr
     assert physical.flags.c_contiguous

@@ -106,15 +106,17 @@ def grid_sample(input: Operand, grid: Operand, mode: int, padding: int, align_co
     layout, order = _order(layout, shape_order)
     align_corners = _checks.boolean("align_corners", align_corners)
     input_shape = _volume(input, order, dialect, labels and mode == NEAREST)
-    _checks.volume_dtype(grid.name, grid.dtype, dialect.spell)
     _checks.rank(grid.name, grid.shape, 5, dialect.noun)
+    # (the input's dtype is supported, so a grid that goes with it is too)
     _checks.grid_dtype(grid.name, grid.dtype, input.name, input.dtype, dialect.spell)
     if grid.shape[-1] != 3:
         raise InvalidArgumentError(
-            f"{grid.name}: expected last dimension 3 (x, y, z), got shape {tuple(grid.shape)}")
+            f"{grid.name}: expected last dimension 3 (x, y, z), got shape {tuple(grid.shape)}",
+            argument=grid.name, kind="shape", value=tuple(grid.shape))
     if grid.shape[0] != input_shape[0]:
         raise InvalidArgumentError(f"{grid.name}: expected batch size {input_shape[0]} "
-                                   f"({input.name}'s N), got shape {tuple(grid.shape)}")
+                                   f"({input.name}'s N), got shape {tuple(grid.shape)}",
+                                   argument=grid.name, kind="batch", value=grid.shape[0])
     _checks.nonempty_spatial(input.name, input_shape[2:])
     return GridSample(input_shape, tuple(grid.shape), input.dtype, grid.dtype, mode, padding,
                       align_corners, layout)
@@ -314,47 +316,53 @@ class Upsample:
         return self.input_shape[2:] == self.output_shape[2:]
 
 
-def upsample_output_size(in_spatial, size, scale_factor):
+def upsample_output_size(in_spatial, size, scale_factor, size_name="size"):
     """The output spatial size and per-axis scales (None where ``size`` was given) from
     exactly one of ``size`` and ``scale_factor``: ``out = floor(in * scale)``."""
     if (size is None) == (scale_factor is None):
-        raise InvalidArgumentError(
-            "size, scale_factor: expected exactly one of them, got "
-            + ("both" if size is not None else "neither"))
+        got = "both" if size is not None else "neither"
+        raise InvalidArgumentError(f"{size_name}, scale_factor: expected exactly one of them, "
+                                   f"got {got}", argument=f"{size_name}, scale_factor",
+                                   kind="exclusive", value=got)
     if size is not None:
         if isinstance(size, (list, tuple, np.ndarray)):
-            return _checks.int_sequence("size", size, 3, 1), (None, None, None)
-        return (_checks.positive_int("size", size),) * 3, (None, None, None)
+            return _checks.int_sequence(size_name, size, 3, 1), (None, None, None)
+        return (_checks.positive_int(size_name, size),) * 3, (None, None, None)
     scales = _checks.scale_factors("scale_factor", scale_factor, 3)
     out = tuple(math.floor(n * s) for n, s in zip(in_spatial, scales))  # float64, as PyTorch
     if max(out) > _checks.MAX_SIZE:
         raise InvalidArgumentError(
             f"scale_factor: expected an output of at most 2**40 voxels per axis, got "
-            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
+            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}",
+            argument="scale_factor", kind="too_large", value=scale_factor)
     if min(out) < 1:
         raise InvalidArgumentError(
             f"scale_factor: expected an output of at least 1 voxel per axis, got "
-            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}")
+            f"{tuple(in_spatial)} * {scale_factor!r} -> {out}",
+            argument="scale_factor", kind="too_small", value=scale_factor)
     return out, scales
 
 
 def upsample(input: Operand, size=None, scale_factor=None, align_corners=False,
-             layout="NCDHW", *, scales=None, shape_order=None, dialect=NUMPY) -> Upsample:
+             layout="NCDHW", *, scales=None, size_name="size", shape_order=None,
+             dialect=NUMPY) -> Upsample:
     """The forward's description, from exactly one of ``size`` and ``scale_factor`` (the
     NumPy and torch APIs), or from the output ``size`` and the ``scales`` that made it (the
-    custom op's form: each given scale must give that size)."""
+    custom op's form, whose ``size_name`` is "output_size": each given scale must give
+    that size)."""
     layout, order = _order(layout, shape_order)
     align_corners = _checks.boolean("align_corners", align_corners)
     input_shape = _volume(input, order, dialect)
     _checks.nonempty_spatial(input.name, input_shape[2:])
-    out, derived = upsample_output_size(input_shape[2:], size, scale_factor)
+    out, derived = upsample_output_size(input_shape[2:], size, scale_factor, size_name)
     if scales is not None:
         derived = _checks.scale_factors("scales", tuple(scales), 3)
         implied = tuple(math.floor(n * s) for n, s in zip(input_shape[2:], derived))
         if implied != tuple(out):
             raise InvalidArgumentError(
                 f"scales: expected the factors of output_size {tuple(out)}, got {derived}, "
-                f"which give {implied} from input size {tuple(input_shape[2:])}")
+                f"which give {implied} from input size {tuple(input_shape[2:])}",
+                argument="scales", kind="mismatch", value=derived)
     return Upsample(input_shape, input_shape[:2] + tuple(out), input.dtype, align_corners,
                     derived, layout)
 
@@ -376,6 +384,6 @@ def upsample_backward(grad_output: Operand, input_size, align_corners=False, sca
         seen = f"logical shape {gout} ({order})" if dialect.names_layout else f"shape {gout}"
         raise InvalidArgumentError(
             f"{grad_output.name}: expected N, C = {input_size[:2]} (those of input_size), got "
-            f"{seen}")
+            f"{seen}", argument=grad_output.name, kind="shape", value=gout)
     _checks.nonempty_spatial(grad_output.name, gout[2:])
     return Upsample(input_size, gout, grad_output.dtype, align_corners, scales, layout)

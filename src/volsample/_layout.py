@@ -16,7 +16,8 @@ LAYOUTS = tuple(_TO_LOGICAL)
 def check(layout) -> str:
     """``layout`` itself, if it names a layout."""
     if not isinstance(layout, str) or layout not in _TO_LOGICAL:
-        raise InvalidArgumentError(f"layout: expected 'NCDHW' or 'NDHWC', got {layout!r}")
+        raise InvalidArgumentError(f"layout: expected 'NCDHW' or 'NDHWC', got {layout!r}",
+                                   argument="layout", kind="choice", value=layout)
     return layout
 
 

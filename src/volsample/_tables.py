@@ -51,22 +51,24 @@ class Table:
         if not isinstance(name, str) or name not in self._by_name:
             raise InvalidArgumentError(
                 f"{self.argument}: expected one of {', '.join(map(repr, self._by_name))}, "
-                f"got {name!r}")
+                f"got {name!r}", argument=self.argument, kind="choice", value=name)
         return self._by_name[name].code
 
     def check_code(self, code, argument: str | None = None) -> int:
         """A kernel integer itself (the custom ops' integer arguments), checked."""
         if not _is_int(code) or code not in self._by_code:
             options = ", ".join(f"{c.code} ({c.name})" for c in self.choices)
-            raise InvalidArgumentError(
-                f"{argument or self.argument}: expected one of {options}, got {code!r}")
+            argument = argument or self.argument
+            raise InvalidArgumentError(f"{argument}: expected one of {options}, got {code!r}",
+                                       argument=argument, kind="choice", value=code)
         return int(code)
 
     def from_cann(self, value, argument: str) -> int:
         """The kernel integer of CANN's integer ``value`` (volsample.aclnn)."""
         if not _is_int(value) or value not in self._by_cann:
             options = ", ".join(f"{c.cann} ({c.name})" for c in self._by_cann.values())
-            raise InvalidArgumentError(f"{argument}: expected one of {options}, got {value!r}")
+            raise InvalidArgumentError(f"{argument}: expected one of {options}, got {value!r}",
+                                       argument=argument, kind="choice", value=value)
         return self._by_cann[value].code
 
     def of(self, code: int) -> Choice:

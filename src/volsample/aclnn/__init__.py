@@ -18,8 +18,8 @@ Conventions
   tags; UpsampleTrilinear3dBackward reads gradOut and gradInput each in its own. A grid is
   always (N, Do, Ho, Wo, 3), whatever its tag.
 * Workspace: phase one reports the bytes of scratch memory phase two really allocates (the
-  kernels' scratch, as ``backward_workspace_nbytes`` counts it, plus the results staged
-  before they are copied into the caller's tensors). Phase two refuses a smaller
+  kernels' scratch, as ``backward_workspace_nbytes`` counts it; results are written
+  straight into the caller's tensors). Phase two refuses a smaller
   ``workspaceSize`` or buffer with ``ACLNN_ERR_PARAM_INVALID``; the kernels allocate their
   own scratch, so the buffer's contents are never read or written.
 * An executor runs once: a second run returns ``ACLNN_ERR_PARAM_INVALID`` (the executor

@@ -1,4 +1,4 @@
-"""``aclnnGridSampler3DBackward``: phase one's checks, the plan, the run, phase two.
+"""``aclnnGridSampler3DBackward``: phase one's checks, the plan, phase two.
 
 The checks are CANN's, in CANN's order (hicann/ops-cv,
 ``image/grid_sampler3_d_grad/op_host/op_api/aclnn_grid_sampler3d_backward.cpp``), after the
@@ -14,73 +14,76 @@ kinds of the Python arguments (what C's types would guarantee):
    reads their own format tags (nor any other tag: a tensor is NDHWC when tagged so,
    NCDHW otherwise).
 6. An empty gradOutput, input or grid: success with no workspace.
+
+The checks are volsample's shared ones (``_checks``, ``_tables``) run in CANN's order, plus
+the rules only aclnn has (``_runtime``); a passing call becomes the op layer's description
+(``_calls``), which the C++ backend runs straight into the caller's arrays.
 """
 from __future__ import annotations
 
 import functools
 
-from .. import _layout
-from ..grid_sample import backward_workspace_nbytes as _grid_workspace_nbytes
-from ..grid_sample import grid_sample_3d_backward
+from .. import _calls, _checks
+from .._cpu import grid_sample as _backend
+from .._tables import MODES, PADDINGS
 from . import _runtime as rt
 
 OP = "aclnnGridSampler3DBackward"
-# index = CANN's integer. CANN's GridSampler3DBackward has no bicubic: 2 stays invalid here
-# even though volsample's own API has mode="bicubic".
-INTERPOLATION_MODES = ("bilinear", "nearest")
-PADDING_MODES = ("zeros", "border", "reflection")
 
 
 def _requested(outputMask) -> tuple[bool, bool]:
     return (False, False) if outputMask is None else outputMask.values
 
 
-def _checks(tensors, interpolationMode, paddingMode, alignCorners, outputMask):
-    """Phase one's checks in order, lazily: each may rely on the ones before it."""
+def _check(tensors, interpolationMode, paddingMode, alignCorners, outputMask):
+    """Phase one's checks in CANN's order; the kernel integers of the modes, or None when
+    the mask asks for nothing (CANN returns before its checks)."""
     # The kinds of the Python arguments.
-    yield rt.kind(tensors, rt.aclTensor)
-    yield rt.integer("interpolationMode", interpolationMode)
-    yield rt.integer("paddingMode", paddingMode)
-    yield rt.boolean("alignCorners", alignCorners)
-    yield rt.kind({"outputMask": outputMask}, rt.aclBoolArray)
+    rt.kind(tensors, rt.aclTensor)
+    rt.integer("interpolationMode", interpolationMode)
+    rt.integer("paddingMode", paddingMode)
+    rt.boolean("alignCorners", alignCorners)
+    rt.kind({"outputMask": outputMask}, rt.aclBoolArray)
     if outputMask is not None:  # CANN reads elements 0 and 1 unchecked
-        yield rt.equal("outputMask", "size", (len(outputMask),), (2,))
-    if not any(_requested(outputMask)):  # CANN returns before its checks
-        return
+        _checks.shape_equal("outputMask", (len(outputMask),), (2,), "size")
+    if not any(_requested(outputMask)):
+        return None
     # CheckNotNull2In1Out
-    yield rt.not_null(tensors)
+    rt.not_null(tensors)
     go, inp, grid = tensors["gradOutput"], tensors["input"], tensors["grid"]
-    in_grad, grid_grad = tensors["inputGrad"], tensors["gridGrad"]
     # CheckDtypeValid
     for name in ("gradOutput", "grid", "inputGrad", "gridGrad"):
-        yield rt.same_dtype(name, tensors[name], "input", inp)
-    yield rt.supported_dtype("input", inp)
-    # CheckAttrValid
-    yield rt.choice("paddingMode", paddingMode, PADDING_MODES)
-    yield rt.choice("interpolationMode", interpolationMode, INTERPOLATION_MODES)
+        _checks.same_dtype(name, tensors[name].dtype, "input", inp.dtype, rt.ACL.spell)
+    _checks.volume_dtype("input", inp.dtype, rt.ACL.spell)
+    # CheckAttrValid: CANN's GridSampler3DBackward has no bicubic (interpolationMode 2), even
+    # though volsample's own API has one.
+    padding = PADDINGS.from_cann(paddingMode, "paddingMode")
+    mode = MODES.from_cann(interpolationMode, "interpolationMode")
     # CheckShape
     for name in ("input", "grid", "gradOutput"):
-        yield rt.rank5(name, tensors[name])
+        _checks.rank(name, tensors[name].shape, 5, rt.ACL.noun)
     layout = inp.layout
     N, C = inp.logical_shape()[:2]
-    gN, gC, oD, oH, oW = _layout.logical_shape(go.shape, layout)
-    yield rt.equal("grid", "N (input's N)", grid.shape[:1], (N,))
-    yield rt.equal("gradOutput", "N (input's N)", (gN,), (N,))
-    yield rt.equal("gradOutput", f"C (input's C; read in input's layout {layout})", (gC,), (C,))
-    yield rt.equal("grid", f"D, H, W (gradOutput's, read in input's layout {layout})",
-                   grid.shape[1:4], (oD, oH, oW))
-    yield rt.equal("grid", "last dimension (x, y, z)", grid.shape[4:], (3,))
-    yield rt.equal("inputGrad", f"shape (input's, in input's layout {layout})", in_grad.shape, inp.shape)
-    yield rt.equal("gridGrad", "shape (grid's)", grid_grad.shape, grid.shape)
+    gN, gC, oD, oH, oW = go.logical_shape(layout)
+    _checks.shape_equal("grid", grid.shape[:1], (N,), "N (input's N)")
+    _checks.shape_equal("gradOutput", (gN,), (N,), "N (input's N)")
+    _checks.shape_equal("gradOutput", (gC,), (C,), f"C (input's C; read in input's layout {layout})")
+    _checks.shape_equal("grid", grid.shape[1:4], (oD, oH, oW),
+                        f"D, H, W (gradOutput's, read in input's layout {layout})")
+    _checks.shape_equal("grid", grid.shape[4:], (3,), "last dimension (x, y, z)")
+    _checks.shape_equal("inputGrad", tensors["inputGrad"].shape, inp.shape,
+                        f"shape (input's, in input's layout {layout})")
+    _checks.shape_equal("gridGrad", tensors["gridGrad"].shape, grid.shape, "shape (grid's)")
     # Python's own: the caller's output arrays must take the results.
     for name, wanted in zip(("inputGrad", "gridGrad"), outputMask.values):
         if wanted:
-            yield rt.writable(name, tensors[name])
+            rt.writable(name, tensors[name])
+    return mode, padding
 
 
-def _is_empty(grad_output, input, grid) -> bool:
+def _is_empty(*tensors) -> bool:
     """No sample points, voxels, channels or batch: every gradient is zero."""
-    return grad_output.size == 0 or input.size == 0 or grid.size == 0
+    return any(t.array.size == 0 for t in tensors)
 
 
 @rt.phase_one(OP + "GetWorkspaceSize")
@@ -127,41 +130,29 @@ def aclnnGridSampler3DBackwardGetWorkspaceSize(gradOutput, input, grid, interpol
     """
     tensors = {"gradOutput": gradOutput, "input": input, "grid": grid,
                "inputGrad": inputGrad, "gridGrad": gridGrad}
-    status, message = rt.first_failure(
-        _checks(tensors, interpolationMode, paddingMode, alignCorners, outputMask))
-    if status != rt.ACLNN_SUCCESS:
-        return status, message
+    modes = _check(tensors, interpolationMode, paddingMode, alignCorners, outputMask)
+    if modes is None:  # nothing asked for
+        return 0, rt.aclOpExecutor(OP, 0, lambda: None)
     mask = _requested(outputMask)
-    if not any(mask):
-        return rt.ACLNN_SUCCESS, 0, rt.aclOpExecutor(OP, 0, lambda: None)
-    size = 0
-    if not _is_empty(gradOutput.array, input.array, grid.array):
-        size = _grid_workspace_nbytes(input.logical_shape(), grid.shape, input.dtype,
-                                      output_mask=mask)
-        # The NumPy API returns new arrays that are copied into the caller's tensors.
-        size += (inputGrad.array.nbytes if mask[0] else 0) + (gridGrad.array.nbytes if mask[1] else 0)
-    run = functools.partial(_run, gradOutput.array, input.array, grid.array, input.layout,
-                            INTERPOLATION_MODES[interpolationMode], PADDING_MODES[paddingMode],
-                            bool(alignCorners), mask, inputGrad.array, gridGrad.array)
-    return rt.ACLNN_SUCCESS, size, rt.aclOpExecutor(OP, size, run)
+    outputs = (inputGrad.logical(input.layout) if mask[0] else None,
+               gridGrad.array if mask[1] else None)
+    if _is_empty(gradOutput, input, grid):  # zero gradients, without a kernel
+        return 0, rt.aclOpExecutor(OP, 0, functools.partial(_zero, outputs))
+    # The call as every front door describes it; gradOutput and the gradients in input's layout.
+    call = _calls.grid_sample_backward(
+        rt.operand("gradOutput", gradOutput, input.layout), rt.operand("input", input),
+        _calls.operand("grid", grid.array), *modes, bool(alignCorners), mask, input.layout,
+        shape_order="NCDHW", dialect=rt.ACL)
+    size = _backend.workspace_nbytes(call)
+    run = functools.partial(_backend.backward, call, gradOutput.logical(input.layout),
+                            input.logical(), grid.array, *outputs)
+    return size, rt.aclOpExecutor(OP, size, run)
 
 
-def _run(grad_output, input, grid, layout, mode, padding_mode, align_corners, mask,
-         input_grad, grid_grad):
-    """The computation: the arrays of gradOutput, input and inputGrad are all in ``layout``
-    (input's), grid and gridGrad are (N, Do, Ho, Wo, 3); results go into the last two."""
-    if _is_empty(grad_output, input, grid):  # zero gradients, without a kernel
-        if mask[0]:
-            input_grad[...] = 0
-        if mask[1]:
-            grid_grad[...] = 0
-        return
-    gi, gg = grid_sample_3d_backward(grad_output, input, grid, mode, padding_mode, align_corners,
-                                     mask, layout=layout)
-    if mask[0]:
-        input_grad[...] = gi
-    if mask[1]:
-        grid_grad[...] = gg
+def _zero(outputs):
+    for out in outputs:
+        if out is not None:
+            out[...] = 0
 
 
 def aclnnGridSampler3DBackward(workspace, workspaceSize, executor, stream=None) -> int:

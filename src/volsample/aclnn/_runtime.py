@@ -2,9 +2,10 @@
 
 Tensors (``aclTensor``: a NumPy array and a format tag), int and bool arrays, streams,
 the executor phase one makes and phase two runs once, the workspace, the status codes and
-the per-thread recent-error message; the argument rules both operators share, each
-returning ``(status, message)``; and the two phases' common frame (``phase_one`` never
-raises, ``execute`` checks a launch and runs its executor). Conventions: see the
+the per-thread recent-error message; the argument rules only aclnn has (the shared ones
+are ``volsample._checks``'); and the two phases' common frame (``phase_one`` never raises,
+``execute`` checks a launch and runs its executor), which turns failed checks into status
+codes. Conventions: see the
 package's docstring.
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ import threading
 
 import numpy as np
 
-from .. import _config, _dtypes, _layout
+from .. import _calls, _config, _dtypes, _layout
+from .._errors import InvalidArgumentError, VolsampleError
 
 # --- status codes -------------------------------------------------------------------
 
@@ -126,13 +128,15 @@ class aclTensor:
         ``ACL_FORMAT_NDHWC``, "NCDHW" for any other tag, as CANN's op_api code reads it."""
         return "NDHWC" if self.format == ACL_FORMAT_NDHWC else "NCDHW"
 
-    def logical_shape(self) -> tuple[int, ...]:
-        """The shape in (N, C, D, H, W) order (a 5-D tensor)."""
-        return _layout.logical_shape(self.shape, self.layout)
+    def logical_shape(self, layout: str | None = None) -> tuple[int, ...]:
+        """The shape in (N, C, D, H, W) order (a 5-D tensor), read in ``layout`` (its own
+        format's by default)."""
+        return _layout.logical_shape(self.shape, layout or self.layout)
 
-    def logical(self) -> np.ndarray:
-        """The array as an (N, C, D, H, W) view."""
-        return _layout.logical(self.array, self.layout)
+    def logical(self, layout: str | None = None) -> np.ndarray:
+        """The array as an (N, C, D, H, W) view, read in ``layout`` (its own format's by
+        default)."""
+        return _layout.logical(self.array, layout or self.layout)
 
     def __repr__(self):
         return (f"aclTensor(shape={self.shape}, dtype={self.dtype}, "
@@ -354,142 +358,119 @@ def aclrtCtxGetSysParamOpt(opt):
     return ACL_SUCCESS, int(_config.get_deterministic())
 
 
-# --- argument checks: each returns (status, message); status 0 means it passed --------------
+# --- argument checks ---------------------------------------------------------------------
+# The rules of volsample's other front doors come from ``volsample._checks`` (dtypes, ranks,
+# shapes) and ``volsample._tables`` (CANN's integers); the rules only aclnn has (null
+# pointers, the kinds of Python arguments that C's types would guarantee, formats, writable
+# outputs) are here. Each raises volsample's exceptions; ``phase_one`` and ``execute`` turn
+# them into status codes: ``NullPointerError`` is ACLNN_ERR_PARAM_NULLPTR, any other
+# ACLNN_ERR_PARAM_INVALID.
 
-OK = (ACLNN_SUCCESS, "")
+
+class NullPointerError(InvalidArgumentError):
+    """A null pointer (None) where CANN requires an object."""
 
 
-def not_null(named: dict):
+def _acl_dtype_name(name: str) -> str:
+    """A dtype as the aclnn docs name it: NumPy's name and CANN's aclDataType."""
+    acl = {dtype.name: acl_name for dtype, (_, acl_name) in DTYPES.items()}.get(name)
+    return f"{name} ({acl})" if acl else name
+
+
+# How aclnn speaks in the shared checks' messages.
+ACL = _calls.Dialect(noun="tensor", spell=_acl_dtype_name)
+
+
+def not_null(named: dict) -> None:
     """The first None of ``named`` (in order) is a null pointer."""
     for name, value in named.items():
         if value is None:
-            return ACLNN_ERR_PARAM_NULLPTR, f"{name}: is a null pointer (None)"
-    return OK
+            raise NullPointerError(f"{name}: is a null pointer (None)")
 
 
 # Python lets any object into any parameter; C's types would not. The phase-one functions
 # check these kinds first, then CANN's own checks in CANN's order.
 
-def kind(named: dict, cls: type):
+def kind(named: dict, cls: type) -> None:
     """Every value of ``named`` is a ``cls`` (say, an aclTensor rather than a NumPy array)
     or None (a null pointer, for CANN's null checks to report in their turn)."""
     for name, value in named.items():
         if value is not None and not isinstance(value, cls):
-            return ACLNN_ERR_PARAM_INVALID, f"{name}: expected an {cls.__name__}, got {type(value).__name__}"
-    return OK
+            raise InvalidArgumentError(
+                f"{name}: expected an {cls.__name__}, got {type(value).__name__}")
 
 
-def supported_dtype(name: str, tensor: aclTensor):
-    if tensor.dtype not in DTYPES:
-        supported = ", ".join(f"{acl} ({np_dtype.name})" for np_dtype, (_, acl) in DTYPES.items())
-        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected dtype {supported}, got {tensor.dtype}"
-    return OK
-
-
-def _dtype_name(dtype) -> str:
-    return f"{dtype} ({DTYPES[dtype][1]})" if dtype in DTYPES else str(dtype)
-
-
-def same_dtype(name: str, tensor: aclTensor, ref_name: str, ref: aclTensor):
-    if tensor.dtype != ref.dtype:
-        return (ACLNN_ERR_PARAM_INVALID,
-                f"{name}: expected dtype {_dtype_name(ref.dtype)} (the dtype of {ref_name}), "
-                f"got {_dtype_name(tensor.dtype)}")
-    return OK
-
-
-def integer(name: str, value):
+def integer(name: str, value) -> None:
     """An int64_t parameter."""
     if not is_int(value) or not -2**63 <= value < 2**63:
-        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected an integer, got {type(value).__name__} {value!r}"
-    return OK
+        raise InvalidArgumentError(
+            f"{name}: expected an integer, got {type(value).__name__} {value!r}")
 
 
-def boolean(name: str, value):
+def boolean(name: str, value) -> bool:
     """A bool parameter (0 and 1 count, as C converts them)."""
     if not is_bool(value):
-        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected a bool, got {type(value).__name__} {value!r}"
-    return OK
+        raise InvalidArgumentError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
 
 
-def real(name: str, value):
+def real(name: str, value) -> None:
     """A double parameter: a real number (NaN and infinities included), not a bool."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected a number, got {type(value).__name__} {value!r}"
-    return OK
+        raise InvalidArgumentError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
 
 
-def volume_format(name: str, tensor: aclTensor):
+def volume_format(name: str, tensor: aclTensor) -> None:
     if tensor.format not in VOLUME_FORMATS:
-        return (ACLNN_ERR_PARAM_INVALID,
-                f"{name}: expected format ACL_FORMAT_ND, ACL_FORMAT_NCDHW or ACL_FORMAT_NDHWC, "
-                f"got {FORMAT_NAMES.get(tensor.format, tensor.format)}")
-    return OK
+        raise InvalidArgumentError(
+            f"{name}: expected format ACL_FORMAT_ND, ACL_FORMAT_NCDHW or ACL_FORMAT_NDHWC, "
+            f"got {FORMAT_NAMES.get(tensor.format, tensor.format)}")
 
 
-def choice(name: str, value: int, names: tuple):
-    """An integer code in ``range(len(names))``; ``names[code]`` says what it means."""
-    if not 0 <= value < len(names):
-        options = ", ".join(f"{i} ({n})" for i, n in enumerate(names))
-        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected one of {options}, got {value!r}"
-    return OK
+def operand(name: str, tensor: aclTensor, layout: str | None = None) -> _calls.Operand:
+    """A tensor as the shared checks take it: its logical shape, read in ``layout`` (its
+    own format's by default). Only for 5-D tensors."""
+    return _calls.Operand(name, tensor.logical_shape(layout), tensor.dtype)
 
 
-def rank5(name: str, tensor: aclTensor):
-    if tensor.array.ndim != 5:
-        return (ACLNN_ERR_PARAM_INVALID,
-                f"{name}: expected a 5-D tensor, got {tensor.array.ndim}-D with shape {tensor.shape}")
-    return OK
-
-
-def equal(name: str, what: str, actual, expected):
-    """``actual == expected`` for a named quantity of a named parameter."""
-    if tuple(actual) != tuple(expected):
-        return ACLNN_ERR_PARAM_INVALID, f"{name}: expected {what} {tuple(expected)}, got {tuple(actual)}"
-    return OK
-
-
-def writable(name: str, tensor: aclTensor):
+def writable(name: str, tensor: aclTensor) -> None:
     if not tensor.array.flags.writeable:
-        return ACLNN_ERR_PARAM_INVALID, f"{name}: the output array is read-only"
-    return OK
+        raise InvalidArgumentError(f"{name}: the output array is read-only")
 
 
-def first_failure(checks):
-    """The first failing (status, message) of a lazy sequence of checks, or ``OK``.
-
-    Checks are generated lazily so that each may rely on the ones before it having passed.
-    """
-    for status, message in checks:
-        if status != ACLNN_SUCCESS:
-            return status, message
-    return OK
+def status_of(error: VolsampleError) -> int:
+    return ACLNN_ERR_PARAM_NULLPTR if isinstance(error, NullPointerError) else ACLNN_ERR_PARAM_INVALID
 
 
 def phase_one(op: str):
     """Decorate a phase-one function: record failures and never raise.
 
-    The wrapped function returns ``(status, message)`` on failure or
-    ``(ACLNN_SUCCESS, workspace_size, executor)``.
+    The wrapped function returns ``(workspace_size, executor)`` or raises: a failed check
+    becomes its status code (``status_of``), anything else ACLNN_ERR_RUNTIME_ERROR; the
+    caller gets ``(status, workspace_size, executor)``.
     """
     def wrap(fn):
         @functools.wraps(fn)
         def call(*args, **kwargs):
             try:
-                result = fn(*args, **kwargs)
+                return (ACLNN_SUCCESS, *fn(*args, **kwargs))
+            except VolsampleError as exc:
+                status, message = status_of(exc), str(exc)
             except Exception as exc:  # a bug here must still not reach the caller as an exception
-                result = ACLNN_ERR_RUNTIME_ERROR, f"internal error: {type(exc).__name__}: {exc}"
-            if result[0] != ACLNN_SUCCESS:
-                record(f"{op}: {result[1]}")
-                return result[0], 0, None
-            return result
+                status, message = ACLNN_ERR_RUNTIME_ERROR, f"internal error: {type(exc).__name__}: {exc}"
+            record(f"{op}: {message}")
+            return status, 0, None
         return call
     return wrap
 
 
 def execute(op: str, workspace, workspaceSize, executor, stream) -> int:
     """Phase two of every operator: check the launch, run the executor once."""
-    status, message = first_failure(_launch_checks(op, workspace, workspaceSize, executor, stream))
+    status, message = ACLNN_SUCCESS, ""
+    try:
+        _check_launch(op, workspace, workspaceSize, executor, stream)
+    except VolsampleError as exc:
+        status, message = status_of(exc), str(exc)
     if status == ACLNN_SUCCESS and not executor._claim():  # used up by another thread meanwhile
         status, message = ACLNN_ERR_PARAM_INVALID, _USED_UP.format(op=op)
     if status == ACLNN_SUCCESS:  # the executor is used up now, even if the run fails
@@ -515,30 +496,30 @@ def _buffer_nbytes(buffer):
 _USED_UP = "executor: has already run (an executor runs once; call {op}GetWorkspaceSize again)"
 
 
-def _launch_checks(op, workspace, workspaceSize, executor, stream):
-    yield not_null({"executor": executor})
-    yield kind({"executor": executor}, aclOpExecutor)
+def _check_launch(op, workspace, workspaceSize, executor, stream) -> None:
+    not_null({"executor": executor})
+    kind({"executor": executor}, aclOpExecutor)
     if executor.op != op:
-        yield ACLNN_ERR_PARAM_INVALID, f"executor: was made for {executor.op}, not {op}"
+        raise InvalidArgumentError(f"executor: was made for {executor.op}, not {op}")
     if executor.used:
-        yield ACLNN_ERR_PARAM_INVALID, _USED_UP.format(op=op)
+        raise InvalidArgumentError(_USED_UP.format(op=op))
     if stream is not None and not isinstance(stream, aclrtStream):
-        yield (ACLNN_ERR_PARAM_INVALID,
-               f"stream: expected None or an aclrtStream, got {type(stream).__name__}")
+        raise InvalidArgumentError(
+            f"stream: expected None or an aclrtStream, got {type(stream).__name__}")
     needed = executor.workspace_size
     if not is_int(workspaceSize) or workspaceSize < needed:
-        yield (ACLNN_ERR_PARAM_INVALID,
-               f"workspaceSize: expected at least {needed} bytes (from {op}GetWorkspaceSize), "
-               f"got {workspaceSize!r}")
+        raise InvalidArgumentError(
+            f"workspaceSize: expected at least {needed} bytes (from {op}GetWorkspaceSize), "
+            f"got {workspaceSize!r}")
     if needed > 0 and workspace is None:
-        yield ACLNN_ERR_PARAM_NULLPTR, f"workspace: is a null pointer (None) but {needed} bytes are needed"
+        raise NullPointerError(
+            f"workspace: is a null pointer (None) but {needed} bytes are needed")
     if workspace is not None:
         nbytes = _buffer_nbytes(workspace)
         if nbytes is None:
-            yield (ACLNN_ERR_PARAM_INVALID,
-                   f"workspace: expected a buffer from aclrtMalloc, got {type(workspace).__name__}")
-        elif nbytes < workspaceSize:
-            yield (ACLNN_ERR_PARAM_INVALID,
-                   f"workspace: the buffer holds {nbytes} bytes, fewer than workspaceSize {workspaceSize}")
-
-
+            raise InvalidArgumentError(
+                f"workspace: expected a buffer from aclrtMalloc, got {type(workspace).__name__}")
+        if nbytes < workspaceSize:
+            raise InvalidArgumentError(
+                f"workspace: the buffer holds {nbytes} bytes, fewer than workspaceSize "
+                f"{workspaceSize}")

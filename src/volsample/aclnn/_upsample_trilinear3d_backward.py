@@ -1,4 +1,4 @@
-"""``aclnnUpsampleTrilinear3dBackward``: phase one's checks, the plan, the run, phase two.
+"""``aclnnUpsampleTrilinear3dBackward``: phase one's checks, the plan, phase two.
 
 The checks are CANN's, in CANN's order (hicann/ops-cv,
 ``image/upsample_trilinear3d_backward/op_host/op_api/aclnn_upsample_trilinear_3d_backward.cpp``
@@ -15,36 +15,37 @@ C's types would guarantee):
 6. An empty gradOut or gradInput: success with no workspace.
 
 The scales are used only when all three are > 0; otherwise every axis maps by its sizes.
+The checks are volsample's shared ones (``_checks``) run in CANN's order, plus the rules
+only aclnn has (``_runtime``); a passing call becomes the op layer's description
+(``_calls``), which the C++ backend runs straight into the caller's gradInput.
 """
 from __future__ import annotations
 
 import functools
 import math
 
-from .. import _layout
-from ..upsample import backward_workspace_nbytes as _upsample_workspace_nbytes
-from ..upsample import upsample_trilinear_3d_backward
+from .. import _calls, _checks, _layout
+from .._cpu import upsample as _backend
+from .._errors import InvalidArgumentError
 from . import _runtime as rt
 
 OP = "aclnnUpsampleTrilinear3dBackward"
 SCALE_NAMES = ("scalesD", "scalesH", "scalesW")
 
 
-def _size(name: str, array: rt.aclIntArray, axes: str):
+def _size(name: str, array: rt.aclIntArray, axes: str) -> None:
     if len(array) != len(axes):
-        return (rt.ACLNN_ERR_PARAM_INVALID,
-                f"{name}: expected {len(axes)} elements ({', '.join(axes)}), got {len(array)}: "
-                f"{list(array.values)}")
-    return rt.OK
+        raise InvalidArgumentError(
+            f"{name}: expected {len(axes)} elements ({', '.join(axes)}), got {len(array)}: "
+            f"{list(array.values)}")
 
 
-def _positive_spatial(outputSize: rt.aclIntArray, inputSize: rt.aclIntArray):
+def _positive_spatial(outputSize: rt.aclIntArray, inputSize: rt.aclIntArray) -> None:
     for name, values in (("inputSize", inputSize.values[2:]), ("outputSize", outputSize.values)):
         if min(values) <= 0:
-            return (rt.ACLNN_ERR_PARAM_INVALID,
-                    f"{name}: expected D, H, W > 0, got {list(values)} (inputSize "
-                    f"{list(inputSize.values)}, outputSize {list(outputSize.values)})")
-    return rt.OK
+            raise InvalidArgumentError(
+                f"{name}: expected D, H, W > 0, got {list(values)} (inputSize "
+                f"{list(inputSize.values)}, outputSize {list(outputSize.values)})")
 
 
 def _used_scales(scales) -> tuple:
@@ -55,40 +56,41 @@ def _used_scales(scales) -> tuple:
     return (None, None, None)
 
 
-def _checks(go, outputSize, inputSize, alignCorners, scales, gi):
-    """Phase one's checks in order, lazily: each may rely on the ones before it."""
+def _check(go, outputSize, inputSize, alignCorners, scales, gi) -> None:
+    """Phase one's checks, in CANN's order."""
     # The kinds of the Python arguments.
-    yield rt.kind({"gradOut": go, "gradInput": gi}, rt.aclTensor)
-    yield rt.kind({"outputSize": outputSize, "inputSize": inputSize}, rt.aclIntArray)
-    yield rt.boolean("alignCorners", alignCorners)
+    rt.kind({"gradOut": go, "gradInput": gi}, rt.aclTensor)
+    rt.kind({"outputSize": outputSize, "inputSize": inputSize}, rt.aclIntArray)
+    rt.boolean("alignCorners", alignCorners)
     for name, value in zip(SCALE_NAMES, scales):
-        yield rt.real(name, value)
+        rt.real(name, value)
     # CheckNotNull2In2Out
-    yield rt.not_null({"gradOut": go, "outputSize": outputSize, "inputSize": inputSize, "gradInput": gi})
+    rt.not_null({"gradOut": go, "outputSize": outputSize, "inputSize": inputSize, "gradInput": gi})
     # CheckDtypeValid1Out1In
-    yield rt.supported_dtype("gradOut", go)
-    yield rt.same_dtype("gradInput", gi, "gradOut", go)
+    _checks.volume_dtype("gradOut", go.dtype, rt.ACL.spell)
+    _checks.same_dtype("gradInput", gi.dtype, "gradOut", go.dtype, rt.ACL.spell)
     # CheckUpsampleShape
-    yield rt.rank5("gradOut", go)
-    yield _size("outputSize", outputSize, "DHW")
-    yield _size("inputSize", inputSize, "NCDHW")
+    _checks.rank("gradOut", go.shape, 5, rt.ACL.noun)
+    _size("outputSize", outputSize, "DHW")
+    _size("inputSize", inputSize, "NCDHW")
     # CheckFormat
-    yield rt.volume_format("gradOut", go)
+    rt.volume_format("gradOut", go)
     # CheckInputElement
-    yield _positive_spatial(outputSize, inputSize)
+    _positive_spatial(outputSize, inputSize)
     N, C = inputSize.values[:2]
-    yield rt.equal("gradOut", f"shape (inputSize's N, C and outputSize, in {go.layout} order)",
-                   go.shape, _layout.physical_shape((N, C) + outputSize.values, go.layout))
-    yield rt.equal("gradInput", f"shape (inputSize, in {gi.layout} order)", gi.shape,
-                   _layout.physical_shape(inputSize.values, gi.layout))
+    _checks.shape_equal("gradOut", go.shape,
+                        _layout.physical_shape((N, C) + outputSize.values, go.layout),
+                        f"shape (inputSize's N, C and outputSize, in {go.layout} order)")
+    _checks.shape_equal("gradInput", gi.shape, _layout.physical_shape(inputSize.values, gi.layout),
+                        f"shape (inputSize, in {gi.layout} order)")
     # volsample's own: an infinite scale that would be used (CANN would divide by it), and
     # the caller's output array must take the result.
     for name, value in zip(SCALE_NAMES, _used_scales(scales)):
         if value is not None and not math.isfinite(value):
-            yield (rt.ACLNN_ERR_PARAM_INVALID,
-                   f"{name}: expected a finite scale when all three are > 0 (they are used), "
-                   f"got {value!r}")
-    yield rt.writable("gradInput", gi)
+            raise InvalidArgumentError(
+                f"{name}: expected a finite scale when all three are > 0 (they are used), "
+                f"got {value!r}")
+    rt.writable("gradInput", gi)
 
 
 @rt.phase_one(OP + "GetWorkspaceSize")
@@ -126,29 +128,14 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(gradOut, outputSize, inputS
     dimension or 60 GB in all are accepted.
     """
     scales = (scalesD, scalesH, scalesW)
-    status, message = rt.first_failure(
-        _checks(gradOut, outputSize, inputSize, alignCorners, scales, gradInput))
-    if status != rt.ACLNN_SUCCESS:
-        return status, message
-    align_corners, scales = bool(alignCorners), _used_scales(scales)
-    size = 0
-    if gradOut.array.size and gradInput.array.size:
-        size = _upsample_workspace_nbytes(gradOut.logical_shape(), inputSize.values, gradOut.dtype,
-                                          align_corners, scales, layout=gradInput.layout)
-        size += gradInput.array.nbytes  # the NumPy API's result, copied into gradInput
-    run = functools.partial(_run, gradOut.logical(), inputSize.values, align_corners, scales,
-                            gradInput.logical(), gradInput.layout)
-    return rt.ACLNN_SUCCESS, size, rt.aclOpExecutor(OP, size, run)
-
-
-def _run(grad_output, input_size, align_corners, scales, grad_input, layout):
-    """The computation: ``grad_output`` and ``grad_input`` are (N, C, D, H, W) views of the
-    caller's arrays; the kernels work in ``layout`` (gradInput's)."""
-    if grad_output.size == 0 or grad_input.size == 0:  # a zero N or C: nothing to compute
-        return
-    result = upsample_trilinear_3d_backward(_layout.physical(grad_output, layout), input_size,
-                                            align_corners, scales, layout=layout)
-    grad_input[...] = _layout.logical(result, layout)
+    _check(gradOut, outputSize, inputSize, alignCorners, scales, gradInput)
+    # The call as every front door describes it; the kernels work in gradInput's layout.
+    call = _calls.upsample_backward(rt.operand("gradOut", gradOut), inputSize.values,
+                                    bool(alignCorners), _used_scales(scales), gradInput.layout,
+                                    shape_order="NCDHW", dialect=rt.ACL)
+    size = _backend.workspace_nbytes(call, backward=True)
+    run = functools.partial(_backend.backward, call, gradOut.logical(), gradInput.logical())
+    return size, rt.aclOpExecutor(OP, size, run)
 
 
 def aclnnUpsampleTrilinear3dBackward(workspace, workspaceSize, executor, stream=None) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import numbers
 import warnings
 
 import ml_dtypes
@@ -24,6 +23,7 @@ from .._torch_formats import is_channels_last, memory_format
 
 _TO_NUMPY = {torch.float16: np.dtype(np.float16), torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
              torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64)}
+_TO_TORCH = {v: k for k, v in _TO_NUMPY.items()}
 
 # How the torch front door speaks: tensors, torch dtypes, logical shapes.
 TORCH = _calls.Dialect(noun="tensor", spell=lambda name: f"torch.{name}", names_layout=False)
@@ -50,19 +50,42 @@ def empty_volume(shape, like: torch.Tensor, dtype=None) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------
 
 
-def cpu_array(t: torch.Tensor | None) -> np.ndarray | None:
-    """The memory of the CPU tensor ``t`` as a NumPy array of the same (logical) shape and
-    strides: a view, never a copy. None stays None (an output not asked for)."""
+class _TensorMemory:
+    """NumPy's array interface over a CPU tensor's elements, read-only. The address comes
+    from ``Tensor.const_data_ptr()``, a read access: ``Tensor.numpy()``, ``data_ptr()``,
+    ``__dlpack__()`` and the storage's ``data_ptr()`` all take the writable address, which
+    makes a lazily copied (copy-on-write) tensor copy its data first. The array's base is
+    this object, which holds the tensor, so the memory lives as long as the array."""
+
+    def __init__(self, t: torch.Tensor):
+        self.tensor = t
+        size = t.element_size()
+        self.__array_interface__ = {
+            "version": 3, "shape": tuple(t.shape), "typestr": f"<u{size}",
+            "strides": tuple(s * size for s in t.stride()), "data": (t.const_data_ptr(), True)}
+
+
+def read_only_array(t: torch.Tensor) -> np.ndarray:
+    """The elements of the CPU tensor ``t`` (an operand the op only reads) as a read-only
+    NumPy array of its logical shape and strides: a view of its memory, never a copy, and a
+    copy-on-write tensor stays unmaterialised. The raw elements: an op's operands come
+    with negative views resolved by the dispatcher."""
+    # Unsigned words of the element's size, then the element type (NumPy has no bfloat16).
+    return np.asarray(_TensorMemory(t.detach())).view(_TO_NUMPY[t.dtype])
+
+
+def writable_array(t: torch.Tensor | None) -> np.ndarray | None:
+    """A result tensor the op allocated (never a lazy copy) as a writable NumPy view of the
+    same logical shape and strides; None stays None (a gradient not asked for)."""
     if t is None:
         return None
-    t = t.detach()
     if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: reinterpret the bits
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
 
 
 # ---------------------------------------------------------------------------------------
-# Errors: volsample's classes and messages, and also what PyTorch raises for the mistake
+# Errors: volsample's classes and messages, said as PyTorch says the same mistake
 # ---------------------------------------------------------------------------------------
 
 
@@ -73,7 +96,8 @@ class ArgumentError(_checks.InvalidArgumentError, RuntimeError):
 
 class DTypeError(_checks.UnsupportedDTypeError, NotImplementedError):
     """A tensor of an unsupported or mismatched dtype (PyTorch: NotImplementedError for
-    integer tensors, RuntimeError for mixed ones; NotImplementedError is a RuntimeError)."""
+    integer tensors, RuntimeError for mixed ones; NotImplementedError is a RuntimeError),
+    or not a tensor (TypeError, as volsample.UnsupportedDTypeError is)."""
 
 
 class ArgumentTypeError(_checks.InvalidArgumentError, TypeError, RuntimeError):
@@ -81,59 +105,223 @@ class ArgumentTypeError(_checks.InvalidArgumentError, TypeError, RuntimeError):
     (PyTorch: TypeError)."""
 
 
+class UnsupportedArgumentError(_checks.InvalidArgumentError, NotImplementedError):
+    """A call PyTorch does not implement: trilinear upsampling of a tensor that is not 5-D
+    (PyTorch: NotImplementedError, a RuntimeError)."""
+
+
+_TORCH_CLASSES = (ArgumentError, DTypeError, ArgumentTypeError, UnsupportedArgumentError)
 _TORCH_CLASS = {_checks.InvalidArgumentError: ArgumentError,
                 _checks.UnsupportedDTypeError: DTypeError}
 
+GRID_SAMPLER, UPSAMPLE = "grid_sampler", "upsample_trilinear3d"  # the operators, in errors
+
+# PyTorch's words that several mistakes share
+_INVALID_UPSAMPLE_ARGUMENTS = ("upsample_trilinear3d() received an invalid combination of "
+                               "arguments")
+_NO_VOXELS = "Input and output sizes should be greater than 0"
+_OVERFLOW = "value cannot be converted to type int64_t without overflow"
+_GRID_RANK = "grid_sampler(): expected 5D input and grid with same number of dimensions"
+
+
+def _scalar_type(dtype) -> str:
+    """PyTorch's C++ name of a dtype, torch's or NumPy's (torch.int32: Int), as its
+    messages print it."""
+    if not isinstance(dtype, torch.dtype):
+        dtype = _TO_TORCH.get(dtype) or torch.from_numpy(np.empty(0, dtype)).dtype
+    return torch.empty(0, dtype=dtype).type()[len("torch."):-len("Tensor")]
+
+
+def _expected_scalar_type(dtypes) -> str:
+    expected, found = dtypes
+    return f"expected scalar type {_scalar_type(expected)} but found {_scalar_type(found)}"
+
+
+def _not_implemented(op: str):
+    return lambda dtype: f'"{op}" not implemented for \'{_scalar_type(dtype)}\''
+
+
+def _trilinear_rank(ndim: int) -> str:
+    if ndim in (3, 4):
+        return f"Got {ndim}D input, but trilinear mode needs 5D input"
+    return (f"Input Error: Only 3D, 4D and 5D input Tensors supported (got {ndim}D) for the "
+            f"modes: nearest | linear | bilinear | bicubic | trilinear | lanczos | area | "
+            f"nearest-exact (got trilinear)")
+
+
+def _grid_mode(mode) -> str:
+    if mode == "bicubic":
+        return "grid_sampler(): bicubic interpolation only supports 4D input"
+    return (f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or "
+            f"'bicubic', but got: '{mode}'")
+
+
+def _size_types(size) -> str:
+    if not isinstance(size, (list, tuple)):  # one size, repeated before the op's parser
+        return _INVALID_UPSAMPLE_ARGUMENTS
+    return ("expected size to be one of int or Tuple[int] or Tuple[int, int] or "
+            f"Tuple[int, int, int], but got size with types {[type(v) for v in size]}")
+
+
+def _scale_types(scale_factor) -> str:
+    if not isinstance(scale_factor, (list, tuple)):
+        return _INVALID_UPSAMPLE_ARGUMENTS
+    return "upsample_trilinear3d(): argument 'scale_factors' must be tuple of floats"
+
+
+# What PyTorch 2.13 raises for each mistake (torch.nn.functional.grid_sample / interpolate,
+# aten::grid_sampler_3d, aten::upsample_trilinear3d and its backward), keyed by (operator,
+# argument, kind of mistake; the kinds are volsample._checks'): the torch layer's class
+# that is also PyTorch's, and PyTorch's words, as they are or a function of the value that
+# came. They start the message; volsample's own (argument, expected, got) follows in
+# parentheses. Mistakes PyTorch has no words for keep volsample's message alone.
+_PYTORCH_WORDS = {
+    (GRID_SAMPLER, "input", "type"): (
+        DTypeError, "grid_sampler(): argument 'input' (position 1) must be Tensor"),
+    (GRID_SAMPLER, "grid", "type"): (
+        DTypeError, "grid_sampler(): argument 'grid' (position 2) must be Tensor"),
+    (GRID_SAMPLER, "input", "dtype"): (DTypeError, _not_implemented("grid_sampler_3d")),
+    (GRID_SAMPLER, "grid", "dtype_mismatch"): (DTypeError, _expected_scalar_type),
+    (GRID_SAMPLER, "grad_output", "dtype_mismatch"): (DTypeError, _expected_scalar_type),
+    (GRID_SAMPLER, "input", "rank"): (ArgumentError, _GRID_RANK),
+    (GRID_SAMPLER, "grid", "rank"): (ArgumentError, _GRID_RANK),
+    (GRID_SAMPLER, "grid", "shape"): (
+        ArgumentError, "grid_sampler(): expected grid to have size 3 in last dimension"),
+    (GRID_SAMPLER, "grid", "batch"): (
+        ArgumentError, "grid_sampler(): expected grid and input to have same batch size"),
+    (GRID_SAMPLER, "input", "empty"): (
+        ArgumentError, "grid_sampler(): expected input to have non-empty spatial dimensions"),
+    (GRID_SAMPLER, "grid", "device"): (
+        ArgumentError, "grid_sampler(): expected input and grid to be on same device"),
+    (GRID_SAMPLER, "mode", "choice"): (ArgumentError, _grid_mode),
+    (GRID_SAMPLER, "padding_mode", "choice"): (
+        ArgumentError, lambda padding_mode: (
+            "nn.functional.grid_sample(): expected padding_mode to be 'zeros', 'border', or "
+            f"'reflection', but got: '{padding_mode}'")),
+    (GRID_SAMPLER, "align_corners", "type"): (
+        ArgumentTypeError, lambda value: ("grid_sampler(): argument 'align_corners' (position "
+                                          f"5) must be bool, not {type(value).__name__}")),
+    (UPSAMPLE, "input", "dtype"): (DTypeError, _not_implemented("upsample_trilinear3d")),
+    (UPSAMPLE, "input", "rank"): (UnsupportedArgumentError, _trilinear_rank),
+    (UPSAMPLE, "input", "empty"): (ArgumentError, _NO_VOXELS),
+    (UPSAMPLE, "size", "type"): (ArgumentTypeError, _size_types),
+    (UPSAMPLE, "size", "length"): (
+        ArgumentError, "Input and output must have the same number of spatial dimensions"),
+    (UPSAMPLE, "size", "too_small"): (ArgumentError, _NO_VOXELS),
+    (UPSAMPLE, "scale_factor", "type"): (ArgumentTypeError, _scale_types),
+    (UPSAMPLE, "scale_factor", "length"): (
+        ArgumentError, "Input and scale_factor must have the same number of spatial dimensions"),
+    (UPSAMPLE, "scale_factor", "too_small"): (ArgumentError, _NO_VOXELS),
+    (UPSAMPLE, "scale_factor", "too_large"): (ArgumentError, _OVERFLOW),
+    (UPSAMPLE, "scale_factor", "nonfinite"): (ArgumentError, _OVERFLOW),
+    (UPSAMPLE, "size, scale_factor", "exclusive"): (
+        ArgumentError, lambda got: ("only one of size or scale_factor should be defined"
+                                    if got == "both"
+                                    else "either size or scale_factor should be defined")),
+    (UPSAMPLE, "align_corners", "type"): (ArgumentTypeError, _INVALID_UPSAMPLE_ARGUMENTS),
+    (UPSAMPLE, "output_size", "length"): (
+        ArgumentError, lambda size: f"It is expected output_size equals to 3, but got size "
+                                    f"{len(size)}"),
+    (UPSAMPLE, "output_size", "too_small"): (ArgumentError, _NO_VOXELS),
+    (UPSAMPLE, "input_size", "length"): (
+        ArgumentError, lambda size: f"It is expected input_size equals to 5, but got size "
+                                    f"{len(size)}"),
+    (UPSAMPLE, "input_size", "empty"): (ArgumentError, _NO_VOXELS),
+    (UPSAMPLE, "grad_output", "empty"): (ArgumentError, _NO_VOXELS),
+    (UPSAMPLE, "grad_output", "shape"): (
+        ArgumentError, "Expected grad_output to have the same shape as output"),
+}
+
+
+def _torch_error(op: str, error: _checks.VolsampleError) -> _checks.VolsampleError:
+    """``error`` of the shared checks as the torch layer raises it for operator ``op``."""
+    cls, words = _PYTORCH_WORDS.get((op, error.argument, error.kind), (None, None))
+    if cls is None:
+        cls, message = _TORCH_CLASS[type(error)], str(error)
+    else:
+        message = f"{words if isinstance(words, str) else words(error.value)} ({error})"
+    return cls(message, argument=error.argument, kind=error.kind, value=error.value)
+
 
 @contextlib.contextmanager
-def torch_errors():
-    """Re-raise the shared checks' errors as the torch layer's classes (same message)."""
+def torch_errors(op: str):
+    """Re-raise the shared checks' errors as the torch layer's classes, in PyTorch's words
+    for the operator ``op`` (GRID_SAMPLER or UPSAMPLE) followed by volsample's message."""
     try:
         yield
-    except (ArgumentError, DTypeError, ArgumentTypeError):
+    except _TORCH_CLASSES:
         raise
     except _checks.VolsampleError as error:
-        raise _TORCH_CLASS[type(error)](str(error)).with_traceback(error.__traceback__) from None
+        raise _torch_error(op, error).with_traceback(error.__traceback__) from None
 
 
-def raises_torch_errors(fn):
-    """Decorate a check or entry point so that its errors are the torch layer's classes."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with torch_errors():
-            return fn(*args, **kwargs)
-    return wrapper
+def raises_torch_errors(op: str):
+    """Decorate a check or entry point of operator ``op`` so that its errors are the torch
+    layer's (see ``torch_errors``)."""
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with torch_errors(op):
+                return fn(*args, **kwargs)
+        return wrapper
+    return decorate
 
 
 # ---------------------------------------------------------------------------------------
-# Torch-level checks (the NumPy API's own checks run again on CPU tensors)
+# Torch-level checks: tensors become the op layer's operands
 # ---------------------------------------------------------------------------------------
 
-def operand(name: str, value) -> _calls.Operand:
-    """A tensor argument as the op layer takes it (its logical shape and NumPy dtype);
-    only a tensor of a dtype volsample has gets that far."""
-    if not isinstance(value, torch.Tensor):
-        raise DTypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
-    if value.dtype not in _TO_NUMPY:
-        names = [TORCH.spell(n) for n in ("float16", "bfloat16", "float32", "float64")]
-        raise DTypeError(f"{name}: expected dtype {', '.join(names[:-1])} or {names[-1]}, "
-                         f"got {value.dtype}")
-    return _calls.Operand(name, tuple(value.shape), _TO_NUMPY[value.dtype])
+_DTYPE_NAMES = "torch.float16, torch.bfloat16, torch.float32 or torch.float64"
 
 
 def tensor(name: str, value) -> torch.Tensor:
-    """``value`` as a 5-D tensor of a supported dtype (the public functions' early check;
-    the ops' builders repeat none of it but the rank)."""
-    _checks.rank(name, operand(name, value).shape, 5, TORCH.noun)
+    """``value`` as a 5-D tensor (every operand here is 5-D); its dtype is the op layer's
+    to judge."""
+    if not isinstance(value, torch.Tensor):
+        raise _checks.UnsupportedDTypeError(
+            f"{name}: expected a torch.Tensor, got {type(value).__name__}",
+            argument=name, kind="type", value=value)
+    if value.dim() != 5:
+        raise _checks.InvalidArgumentError(
+            f"{name}: expected a 5-D tensor, got {value.dim()}-D with shape {tuple(value.shape)}",
+            argument=name, kind="rank", value=value.dim())
     return value
+
+
+def operand(name: str, value) -> _calls.Operand:
+    """A tensor argument as the op layer takes it: its logical shape and its dtype as
+    NumPy's (the op layer's rules judge both)."""
+    if not isinstance(value, torch.Tensor):
+        raise _checks.UnsupportedDTypeError(
+            f"{name}: expected a torch.Tensor, got {type(value).__name__}",
+            argument=name, kind="type", value=value)
+    dtype = numpy_dtype(value.dtype)
+    if dtype is None:  # no NumPy twin (complex32, quantized, ...): unsupported anyway
+        raise _checks.UnsupportedDTypeError(
+            f"{name}: expected dtype {_DTYPE_NAMES}, got {value.dtype}",
+            argument=name, kind="dtype", value=value.dtype)
+    return _calls.Operand(name, tuple(value.shape), dtype)
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype | None:
+    """The NumPy dtype of a torch dtype, None where NumPy has none."""
+    if dtype in _TO_NUMPY:
+        return _TO_NUMPY[dtype]
+    try:
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    except (TypeError, RuntimeError):
+        return None
 
 
 def same_device(**tensors: torch.Tensor) -> None:
     """All ``tensors`` live on one device (kernels read them all from there)."""
-    devices = {t.device for t in tensors.values()}
-    if len(devices) > 1:
-        found = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
-        raise ArgumentError(f"expected all tensors on one device, got {found}")
+    (_, first), *others = tensors.items()
+    for name, t in others:
+        if t.device != first.device:
+            found = ", ".join(f"{n} on {u.device}" for n, u in tensors.items())
+            raise _checks.InvalidArgumentError(
+                f"{name}: expected all tensors on one device, got {found}",
+                argument=name, kind="device", value=t.device)
 
 
 def align_corners(value) -> bool:
@@ -142,19 +330,20 @@ def align_corners(value) -> bool:
     if value is None:
         return False
     if not isinstance(value, (bool, np.bool_)):
-        raise ArgumentTypeError(
-            f"align_corners: expected a bool or None, got {type(value).__name__} {value!r}")
+        raise _checks.InvalidArgumentError(
+            f"align_corners: expected a bool or None, got {type(value).__name__} {value!r}",
+            argument="align_corners", kind="type", value=value)
     return bool(value)
 
 
-def integer_sizes(name: str, value) -> None:
-    """Sizes are integers (PyTorch raises TypeError for a float size); their values are
-    checked by the shared checks."""
-    items = value if isinstance(value, (list, tuple)) else (value,)
-    for v in items:
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Integral, torch.SymInt)):
-            raise ArgumentTypeError(
-                f"{name}: expected integers, got {type(v).__name__} {v!r} in {value!r}")
+def sizes(value):
+    """PyTorch's output size, or sizes, with each 0-d integer tensor as its int (as
+    F.interpolate takes them); the shared checks judge the rest (a float is a mistake)."""
+    def plain(v):
+        integer = (isinstance(v, torch.Tensor) and v.dim() == 0 and v.dtype != torch.bool
+                   and not v.dtype.is_floating_point and not v.dtype.is_complex)
+        return int(v) if integer else v
+    return tuple(plain(v) for v in value) if isinstance(value, (list, tuple)) else plain(value)
 
 
 # ---------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ _BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, int interpo
                     "int padding_mode, bool align_corners, bool[] output_mask) -> (Tensor, Tensor)")
 
 
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _calls.GridSample:
     """The forward's checked description (every device, and the fake)."""
     operands = _common.operand("input", input), _common.operand("grid", grid)
@@ -34,7 +34,7 @@ def _describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _
                               shape_order="NCDHW", dialect=_common.TORCH)
 
 
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                        align_corners, output_mask) -> _calls.GridSample:
     operands = (_common.operand("grad_output", grad_output), _common.operand("input", input),
@@ -69,7 +69,7 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
     (N, Do, Ho, Wo, 3), giving (N, C, Do, Ho, Wo) in the input's dtype and memory format."""
     call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
     out = _common.empty_volume(call.output_shape, input)
-    _cpu.forward(call, *map(_common.cpu_array, (input, grid, out)))
+    _cpu.forward(call, *map(_common.read_only_array, (input, grid)), _common.writable_array(out))
     return out
 
 
@@ -96,7 +96,8 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
     call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                               align_corners, output_mask)
     gradients = _gradients(call, input, grid)
-    _cpu.backward(call, *map(_common.cpu_array, (grad_output, input, grid) + gradients))
+    _cpu.backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
+                  *map(_common.writable_array, gradients))
     return _returned(gradients, input, grid)
 
 
@@ -135,16 +136,18 @@ _BACKWARD_JVP_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, Tensor 
                         "bool[] output_mask) -> (Tensor, Tensor)")
 
 
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _check_tangent(grid_tangent, grid):
     _common.tensor("grid_tangent", grid_tangent)
+    _checks.volume_dtype("grid_tangent", _common.operand("grid_tangent", grid_tangent).dtype,
+                         _common.TORCH.spell)
     _common.same_device(grid_tangent=grid_tangent, grid=grid)
     _checks.shape_equal("grid_tangent", grid_tangent.shape, grid.shape, "grid's shape")
 
 
 @torch.library.custom_op("volsample::grid_sampler_3d_jvp", mutates_args=(),
                          device_types=("cpu", "cuda"), schema=_JVP_SCHEMA)
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_mode,
                         align_corners):
     """The derivative of ``grid_sampler_3d(input, grid)`` along ``grid_tangent`` (a grid
@@ -160,7 +163,7 @@ def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_m
 
 
 @grid_sampler_3d_jvp.register_fake
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode, padding_mode,
                               align_corners):
     call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
@@ -170,7 +173,7 @@ def _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode, pad
 
 @torch.library.custom_op("volsample::grid_sampler_3d_backward_jvp", mutates_args=(),
                          device_types=("cpu", "cuda"), schema=_BACKWARD_JVP_SCHEMA)
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpolation_mode,
                                  padding_mode, align_corners, output_mask):
     """The derivatives of ``grid_sampler_3d_backward``'s (grad_input, grad_grid) along
@@ -195,7 +198,7 @@ def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpo
 
 
 @grid_sampler_3d_backward_jvp.register_fake
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _grid_sampler_3d_backward_jvp_fake(grad_output, input, grid, grid_tangent,
                                        interpolation_mode, padding_mode, align_corners,
                                        output_mask):
@@ -417,7 +420,7 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corner
     >>> volsample.torch.grid_sample(volume, centre, align_corners=True).flatten()
     tensor([3.5000])
     """
-    with _common.torch_errors():
+    with _common.torch_errors(_common.GRID_SAMPLER):
         _common.tensor("input", input)
         _common.tensor("grid", grid)
         modes = (MODES.code(mode), PADDINGS.code(padding_mode),

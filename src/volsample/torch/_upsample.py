@@ -28,16 +28,17 @@ def _symbolic(sizes) -> bool:
     return any(isinstance(v, torch.SymInt) for v in sizes)
 
 
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.UPSAMPLE)
 def _describe(input, output_size, align_corners, scales) -> _calls.Upsample:
     """The forward's checked description (every device, and the fake): ``scales``, if
     given, must be the factors that made ``output_size`` (a scale maps coordinates)."""
     return _calls.upsample(_common.operand("input", input), size=list(output_size),
                            align_corners=align_corners, layout=_common.layout(input),
-                           scales=scales, shape_order="NCDHW", dialect=_common.TORCH)
+                           scales=scales, size_name="output_size", shape_order="NCDHW",
+                           dialect=_common.TORCH)
 
 
-@_common.raises_torch_errors
+@_common.raises_torch_errors(_common.UPSAMPLE)
 def _describe_backward(grad_output, input_size, align_corners, scales) -> _calls.Upsample:
     return _calls.upsample_backward(_common.operand("grad_output", grad_output),
                                     list(input_size), align_corners, scales,
@@ -53,7 +54,7 @@ def upsample_trilinear3d(input, output_size, align_corners, scales=None):
     ``output_size`` and map the coordinates. Returns the input's dtype and memory format."""
     call = _describe(input, output_size, align_corners, scales)
     out = _common.empty_volume(call.output_shape, input)
-    _cpu.forward(call, _common.cpu_array(input), _common.cpu_array(out))
+    _cpu.forward(call, _common.read_only_array(input), _common.writable_array(out))
     return out
 
 
@@ -80,7 +81,7 @@ def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales
     forward's; one <= 0 means that axis maps by its sizes."""
     call = _describe_backward(grad_output, input_size, align_corners, scales)
     grad_input = _common.empty_volume(call.input_shape, grad_output)
-    _cpu.backward(call, _common.cpu_array(grad_output), _common.cpu_array(grad_input))
+    _cpu.backward(call, _common.read_only_array(grad_output), _common.writable_array(grad_input))
     return grad_input
 
 
@@ -204,10 +205,9 @@ def upsample_trilinear(input, size=None, scale_factor=None, align_corners=False)
     >>> volsample.torch.upsample_trilinear(volume, size=(1, 1, 3), align_corners=True).flatten()
     tensor([0.0000, 0.5000, 1.0000])
     """
-    with _common.torch_errors():
-        if size is not None:
-            _common.integer_sizes("size", size)
-        call = _calls.upsample(_common.operand("input", input), size, scale_factor,
+    with _common.torch_errors(_common.UPSAMPLE):
+        call = _calls.upsample(_common.operand("input", input),
+                               None if size is None else _common.sizes(size), scale_factor,
                                _common.align_corners(align_corners), _common.layout(input),
                                shape_order="NCDHW", dialect=_common.TORCH)
     return _forward(input, list(call.output_shape[2:]), call.align_corners,
