@@ -76,8 +76,8 @@ struct RowCoords {
   int64_t padded;
   std::vector<T> values;
   explicit RowCoords(int64_t Wo)
-      : padded((Wo + kMaxLanes - 1) / kMaxLanes * kMaxLanes),
-        values(3 * padded, std::numeric_limits<T>::quiet_NaN()) {}
+      : padded(padded_size(Wo)), values(3 * padded, std::numeric_limits<T>::quiet_NaN()) {}
+  static int64_t padded_size(int64_t Wo) { return (Wo + kMaxLanes - 1) / kMaxLanes * kMaxLanes; }
   T* axis(int a) { return values.data() + a * padded; }
   const T* axis(int a) const { return values.data() + a * padded; }
 };
@@ -176,29 +176,155 @@ inline bool fits_index_lanes(const Strided& s) {
 #endif
 }
 
-// Row `row`'s grid coordinates into `r` (as T); returns the row's (n, d, h).
-template <class G, class T>
-void load_row(const Strided& grid, int64_t row, const Geometry& g, RowCoords<T>& r, int64_t& n,
-              int64_t& d, int64_t& h) {
+// (n, d, h) of output row `row`.
+inline void split_row(const Geometry& g, int64_t row, int64_t& n, int64_t& d, int64_t& h) {
   n = row / (g.Do * g.Ho);
   d = row / g.Ho % g.Do;
   h = row % g.Ho;
-  const G* p = grid.ptr<G>() + n * grid.stride[0] + d * grid.stride[1] + h * grid.stride[2];
-  const int64_t sw = grid.stride[3], sk = grid.stride[4];
-  T* cx = r.axis(0);
-  T* cy = r.axis(1);
-  T* cz = r.axis(2);
-  auto split = [&](int64_t point, int64_t axis) {  // constants let the compiler vectorise
-    for (int64_t w = 0; w < g.Wo; ++w) {
-      const G* q = p + w * point;
-      cx[w] = load<G, T>(q);
-      cy[w] = load<G, T>(q + axis);
-      cz[w] = load<G, T>(q + 2 * axis);
+}
+
+// ---------------------------------------------------------------------------------------
+// Coordinate sources: where each point samples, as normalised (x, y, z) in the compute
+// type T. The kernels take one as a template parameter: a grid's (read from its memory)
+// or a warp's (computed from theta, the point's index and its displacement; the grid is
+// never stored). Each gives row(row, coords, n, d, h): a row's coordinates into
+// RowCoords and its (n, d, h); and z(row): the row's z coordinates point by point, with
+// the same bits (the backward's plan bounds the planes a row touches by them).
+// ---------------------------------------------------------------------------------------
+
+template <class G, class T>
+struct GridPoints {
+  using storage = G;
+  using compute = T;
+  const Strided& grid;
+  const Geometry& g;
+
+  const G* row_start(int64_t n, int64_t d, int64_t h) const {
+    return grid.ptr<G>() + n * grid.stride[0] + d * grid.stride[1] + h * grid.stride[2];
+  }
+
+  void row(int64_t row, RowCoords<T>& r, int64_t& n, int64_t& d, int64_t& h) const {
+    split_row(g, row, n, d, h);
+    const G* p = row_start(n, d, h);
+    const int64_t sw = grid.stride[3], sk = grid.stride[4];
+    T* cx = r.axis(0);
+    T* cy = r.axis(1);
+    T* cz = r.axis(2);
+    auto split = [&](int64_t point, int64_t axis) {  // constants let the compiler vectorise
+      for (int64_t w = 0; w < g.Wo; ++w) {
+        const G* q = p + w * point;
+        cx[w] = load<G, T>(q);
+        cy[w] = load<G, T>(q + axis);
+        cz[w] = load<G, T>(q + 2 * axis);
+      }
+    };
+    if (sw == 3 && sk == 1) split(3, 1);  // a contiguous grid
+    else split(sw, sk);
+  }
+
+  struct Z {
+    const G* p;
+    int64_t step;
+    T operator[](int64_t w) const { return load<G, T>(p + w * step); }
+  };
+  Z z(int64_t row) const {
+    int64_t n, d, h;
+    split_row(g, row, n, d, h);
+    return {row_start(n, d, h) + 2 * grid.stride[4], grid.stride[3]};
+  }
+};
+
+// A warp's: c_k = t_k0 * bx + ((t_k1 * by + t_k2 * bz) + t_k3), plus u_k * s_k where a
+// displacement is given, in T (theta = t, the base grid b as affine_grid lays it out).
+template <class G, class T>
+struct WarpPoints {
+  using storage = G;
+  using compute = T;
+  const Geometry& g;
+  const Strided& displacement;  // absent: 0
+  std::vector<T> theta;         // N x 3 x 4
+  std::vector<T> bx, by, bz;    // base coordinates; bx padded with 0 to whole vectors
+  T scale[3];
+
+  // Normalised coordinate of index i of an axis of `size` points (_coords.base): float64
+  // operations in that order, then rounded to T.
+  static T base(int64_t i, int64_t size, bool align_corners) {
+    if (size == 1) return T(0);
+    if (align_corners) return T(2.0 * double(i) / double(size - 1) - 1.0);
+    return T((2.0 * double(i) + 1.0) / double(size) - 1.0);
+  }
+
+  WarpPoints(const WarpArgs& w, const Geometry& geometry)
+      : g(geometry), displacement(w.displacement), theta(size_t(12 * geometry.N)),
+        bx(size_t(RowCoords<T>::padded_size(geometry.Wo)), T(0)), by(size_t(geometry.Ho)),
+        bz(size_t(geometry.Do)) {
+    const bool align = w.sample.align_corners;
+    const int64_t* st = w.theta.stride;
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int k = 0; k < 3; ++k)
+        for (int j = 0; j < 4; ++j)
+          theta[size_t(12 * n + 4 * k + j)] =
+              load<G, T>(w.theta.ptr<G>() + n * st[0] + k * st[1] + j * st[2]);
+    for (int64_t i = 0; i < g.Wo; ++i) bx[size_t(i)] = base(i, g.Wo, align);
+    for (int64_t i = 0; i < g.Ho; ++i) by[size_t(i)] = base(i, g.Ho, align);
+    for (int64_t i = 0; i < g.Do; ++i) bz[size_t(i)] = base(i, g.Do, align);
+    for (int k = 0; k < 3; ++k) scale[k] = T(w.scale[k]);
+  }
+
+  // Axis k's slope along the row and its constant part on row (n, d, h).
+  T slope(int64_t n, int k) const { return theta[size_t(12 * n + 4 * k)]; }
+  T offset(int64_t n, int k, int64_t d, int64_t h) const {
+    const T* t = theta.data() + 12 * n + 4 * k;
+    return (t[1] * by[size_t(h)] + t[2] * bz[size_t(d)]) + t[3];
+  }
+  const G* displacement_row(int64_t n, int64_t d, int64_t h) const {
+    const int64_t* s = displacement.stride;
+    return displacement.ptr<G>() + n * s[0] + d * s[1] + h * s[2];
+  }
+
+  void row(int64_t row, RowCoords<T>& r, int64_t& n, int64_t& d, int64_t& h) const {
+    split_row(g, row, n, d, h);
+    for (int k = 0; k < 3; ++k) {
+      const T a = slope(n, k), o = offset(n, k, d, h);
+      T* c = r.axis(k);
+      for (int64_t w = 0; w < g.Wo; ++w) c[w] = a * bx[size_t(w)] + o;
+    }
+    if (displacement.empty()) return;
+    const G* p = displacement_row(n, d, h);
+    T* cx = r.axis(0);
+    T* cy = r.axis(1);
+    T* cz = r.axis(2);
+    const T sx = scale[0], sy = scale[1], sz = scale[2];
+    auto add = [&](int64_t point, int64_t axis) {  // constants let the compiler vectorise
+      for (int64_t w = 0; w < g.Wo; ++w) {
+        const G* q = p + w * point;
+        cx[w] = cx[w] + load<G, T>(q) * sx;
+        cy[w] = cy[w] + load<G, T>(q + axis) * sy;
+        cz[w] = cz[w] + load<G, T>(q + 2 * axis) * sz;
+      }
+    };
+    if (displacement.stride[3] == 3 && displacement.stride[4] == 1) add(3, 1);
+    else add(displacement.stride[3], displacement.stride[4]);
+  }
+
+  struct Z {
+    T a, o, s;
+    const T* bx;
+    const G* u;  // null: no displacement
+    int64_t step;
+    T operator[](int64_t w) const {
+      const T c = a * bx[w] + o;
+      return u ? c + load<G, T>(u + w * step) * s : c;
     }
   };
-  if (sw == 3 && sk == 1) split(3, 1);  // a contiguous grid
-  else split(sw, sk);
-}
+  Z z(int64_t row) const {
+    int64_t n, d, h;
+    split_row(g, row, n, d, h);
+    const G* u = displacement.empty() ? nullptr
+                                      : displacement_row(n, d, h) + 2 * displacement.stride[4];
+    return {slope(n, 2), offset(n, 2, d, h), scale[2], bx.data(), u, displacement.stride[3]};
+  }
+};
 
 // Corner k's element offset from the lowest corner.
 inline void corner_offsets(const Strided& s, int64_t out[8]) {
@@ -350,9 +476,9 @@ struct Trilinear {
 // How many blocks ahead the channel sweeps prefetch (measured: 4 beats 2).
 constexpr int64_t kPrefetchBlocks = 4;
 
-template <class S, class G, int MODE>
-void forward_kernel(const GridSampleArgs& a) {
-  using T = typename compute_of<S, G>::type;
+template <class S, int MODE, class Points>
+void forward_kernel(const GridSampleArgs& a, const Points& points) {
+  using T = typename Points::compute;
   using V = typename native<T>::type;
   constexpr int L = lanes<V>::count;
   const Geometry g(a);
@@ -375,7 +501,7 @@ void forward_kernel(const GridSampleArgs& a) {
     for (int64_t chunk = 0; chunk < chunks; ++chunk) {  // a chunk writes only its own rows
       for (int64_t row = chunk * g.rows / chunks; row < (chunk + 1) * g.rows / chunks; ++row) {
         int64_t n, d, h;
-        load_row<G>(a.grid, row, g, r, n, d, h);
+        points.row(row, r, n, d, h);
         const S* in_n = inp + n * is[0];
         S* out_row = out + n * os[0] + d * os[2] + h * os[3];
         if constexpr (MODE == NEAREST) {  // the single voxel, copied exactly; 0 outside
@@ -457,18 +583,18 @@ void plane_span(T low, T high, int64_t D, bool align_corners, int64_t& first, in
 
 // Each row's lowest and highest input plane (n*D + z) judged from z alone (a superset of
 // the planes its points touch; first > last if none).
-template <class G, class T, int MODE, int PADDING>
-void row_planes(const GridSampleArgs& a, const Geometry& g, int64_t* first, int64_t* last) {
-  const Strided& grid = a.grid;
+template <int MODE, int PADDING, class Points>
+void row_planes(const GridSampleArgs& a, const Geometry& g, const Points& points,
+                int64_t* first, int64_t* last) {
+  using T = typename Points::compute;
 #pragma omp parallel for num_threads(a.threads) schedule(static)
   for (int64_t row = 0; row < g.rows; ++row) {  // each row writes its own range
-    const int64_t n = row / (g.Do * g.Ho), d = row / g.Ho % g.Do, h = row % g.Ho;
-    const G* p = grid.ptr<G>() + n * grid.stride[0] + d * grid.stride[1] + h * grid.stride[2] +
-                 2 * grid.stride[4];
+    const int64_t n = row / (g.Do * g.Ho);
+    const auto z = points.z(row);
     int64_t lowest = g.D, highest = -1;
     if (PADDING == REFLECTION) {  // folding is not monotonic: bound every point
       for (int64_t w = 0; w < g.Wo; ++w) {
-        const T cz = load<G, T>(p + w * grid.stride[3]);
+        const T cz = z[w];
         int64_t f, l;
         plane_span<MODE, PADDING>(cz, cz, g.D, a.align_corners, f, l);
         if (f <= l) {
@@ -481,10 +607,9 @@ void row_planes(const GridSampleArgs& a, const Geometry& g, int64_t* first, int6
       constexpr int kWays = 4;
       T low[kWays], high[kWays];
       for (int u = 0; u < kWays; ++u) low[u] = T(INFINITY), high[u] = T(-INFINITY);
-      const int64_t step = grid.stride[3];
       for (int64_t w = 0; w < g.Wo; w += kWays)
         for (int u = 0; u < kWays && w + u < g.Wo; ++u) {
-          const T cz = load<G, T>(p + (w + u) * step);
+          const T cz = z[w + u];
           low[u] = cz < low[u] ? cz : low[u];  // NaN is passed over
           high[u] = cz > high[u] ? cz : high[u];
         }
@@ -521,10 +646,10 @@ struct Plan {
 // smooth ones 1.2).
 constexpr double kScatterOverGradient = 1.5;
 
-template <class G, class T, int MODE, int PADDING>
-Plan make_plan(const GridSampleArgs& a, const Geometry& g) {
+template <int MODE, int PADDING, class Points>
+Plan make_plan(const GridSampleArgs& a, const Geometry& g, const Points& points, bool want_grid) {
   Plan p;
-  const bool want_input = !a.grad_input.empty(), want_grid = !a.grad_grid.empty();
+  const bool want_input = !a.grad_input.empty();
   const int threads = a.threads;
   const int64_t planes = g.N * g.D;
   if (want_input) {
@@ -542,7 +667,7 @@ Plan make_plan(const GridSampleArgs& a, const Geometry& g) {
     } else {
       p.row_first.resize(g.rows);
       p.row_last.resize(g.rows);
-      row_planes<G, T, MODE, PADDING>(a, g, p.row_first.data(), p.row_last.data());
+      row_planes<MODE, PADDING>(a, g, points, p.row_first.data(), p.row_last.data());
       // Rows touching each plane (a difference array, then its running sum), and slabs
       // cut where the running total of that work crosses each thread's share.
       std::vector<int64_t> touching(planes + 1, 0);
@@ -601,13 +726,135 @@ Plan make_plan(const GridSampleArgs& a, const Geometry& g) {
   return p;
 }
 
+// ---------------------------------------------------------------------------------------
+// Grid-gradient sinks: where the backward puts each point's gradient in its normalised
+// sample coordinates (x, y, z). A grid's stores it as grad_grid; a warp's stores the
+// displacement's gradient and reduces theta's. block() takes the gradient of L points of
+// a row (lanes past the row's end hold 0) with the row's RowSums; row_done() ends the row.
+// A row's gradient is computed by one task, its blocks in increasing order; finish() runs
+// after every row, on one thread.
+// ---------------------------------------------------------------------------------------
+
+// Lanes [0, valid) of (x, y, z) stored per point at p, p + s[3], ... (channel step s[4]),
+// each rounded once to G.
+template <class G, class V>
+void store_points(G* p, const int64_t* s, int64_t valid, V x, V y, V z) {
+  using T = scalar_of<V>;
+  constexpr int L = lanes<V>::count;
+  alignas(64) T gx[L], gy[L], gz[L];
+  store_(gx, x);
+  store_(gy, y);
+  store_(gz, z);
+  auto interleave = [&](int64_t point, int64_t axis, int64_t count) {
+    for (int64_t l = 0; l < count; ++l) {
+      storage<G>::template store<T>(p + l * point, gx[l]);
+      storage<G>::template store<T>(p + l * point + axis, gy[l]);
+      storage<G>::template store<T>(p + l * point + 2 * axis, gz[l]);
+    }
+  };
+  if (s[3] == 3 && s[4] == 1 && valid == L) interleave(3, 1, L);  // constants: vectorised
+  else interleave(s[3], s[4], valid);
+}
+
+template <class G, class T>
+struct GridGradient {
+  const Strided& grad_grid;  // absent: not wanted
+  struct RowSums {
+    void clear() {}
+  };
+  bool wanted() const { return !grad_grid.empty(); }
+  template <class V>
+  void block(RowSums&, int64_t n, int64_t d, int64_t h, int64_t w, int64_t valid, V gx, V gy,
+             V gz) const {
+    const int64_t* s = grad_grid.stride;
+    store_points(grad_grid.ptr<G>() + n * s[0] + d * s[1] + h * s[2] + w * s[3], s, valid, gx,
+                 gy, gz);
+  }
+  void row_done(const RowSums&, int64_t) const {}
+  void finish() const {}
+};
+
+// A warp's. The displacement's gradient is the coordinates' times the scales. Theta's is
+// grad_theta[n, k, j] = sum over batch n's points of g_k * b_j, (b_j) = (bx, by, bz, 1);
+// along a row by and bz are constant, so a row needs only sum g_k and sum g_k * bx. A row
+// sums them in 16 slots (slot s: the points w = s mod 16, in increasing w: the same
+// additions for every vector width), then its slots in float64 in order; finish() sums
+// each batch's rows in order in float64 and rounds once. The bits depend on neither the
+// thread count nor the instruction set.
+template <class G, class T>
+struct WarpGradient {
+  static constexpr int kSlots = 16;  // kMaxLanes: every vector width divides it
+  const WarpPoints<G, T>& points;
+  const Strided& grad_displacement;  // absent: not wanted
+  const Strided& grad_theta;         // absent: not wanted
+  double* row_sums;                  // per output row: sum g_k (k = x, y, z), sum g_k * bx
+  struct RowSums {
+    alignas(64) T slot[6][kSlots];
+    void clear() { std::fill(&slot[0][0], &slot[0][0] + 6 * kSlots, T(0)); }
+  };
+  bool wanted() const { return !grad_displacement.empty() || !grad_theta.empty(); }
+
+  template <class V>
+  void block(RowSums& sums, int64_t n, int64_t d, int64_t h, int64_t w, int64_t valid, V gx,
+             V gy, V gz) const {
+    if (!grad_displacement.empty()) {
+      const int64_t* s = grad_displacement.stride;
+      const T* k = points.scale;
+      store_points(grad_displacement.ptr<G>() + n * s[0] + d * s[1] + h * s[2] + w * s[3], s,
+                   valid, gx * V(k[0]), gy * V(k[1]), gz * V(k[2]));
+    }
+    if (!grad_theta.empty()) {
+      const int64_t at = w % kSlots;
+      const V bx = load_<V>(points.bx.data() + w);
+      const V g[3] = {gx, gy, gz};
+      for (int k = 0; k < 3; ++k) {
+        store_(sums.slot[k] + at, load_<V>(sums.slot[k] + at) + g[k]);
+        store_(sums.slot[3 + k] + at, load_<V>(sums.slot[3 + k] + at) + g[k] * bx);
+      }
+    }
+  }
+
+  void row_done(const RowSums& sums, int64_t row) const {
+    if (grad_theta.empty()) return;
+    for (int q = 0; q < 6; ++q) {
+      double total = 0;
+      for (int slot = 0; slot < kSlots; ++slot) total += double(sums.slot[q][slot]);
+      row_sums[6 * row + q] = total;
+    }
+  }
+
+  void finish() const {
+    if (grad_theta.empty()) return;
+    const Geometry& g = points.g;
+    const int64_t* s = grad_theta.stride;
+    for (int64_t n = 0; n < g.N; ++n) {
+      double sum[3][4] = {};
+      for (int64_t d = 0; d < g.Do; ++d)
+        for (int64_t h = 0; h < g.Ho; ++h) {
+          const double* r = row_sums + 6 * ((n * g.Do + d) * g.Ho + h);
+          const double by = double(points.by[size_t(h)]), bz = double(points.bz[size_t(d)]);
+          for (int k = 0; k < 3; ++k) {
+            sum[k][0] += r[3 + k];
+            sum[k][1] += by * r[k];
+            sum[k][2] += bz * r[k];
+            sum[k][3] += r[k];
+          }
+        }
+      for (int k = 0; k < 3; ++k)
+        for (int j = 0; j < 4; ++j)
+          storage<G>::template store<double>(grad_theta.ptr<G>() + n * s[0] + k * s[1] + j * s[2],
+                                             sum[k][j]);
+    }
+  }
+};
+
 // The backward's operands and loops, L points (lanes) at a time. The grid gradient sums,
 // per lane, channel by channel the derivative of the channel's sample (a fixed expression
 // of the 8 corner values); the scatter into grad_input goes channel by channel, and in a
 // channel so that each element receives its terms in increasing point order.
-template <class S, class G, int MODE>
+template <class S, int MODE, class Points, class Sink>
 struct Backward {
-  using T = typename compute_of<S, G>::type;
+  using T = typename Points::compute;
   using V = typename native<T>::type;
   using Lane = index_lane_of<V>;
   using M = mask_of<V>;
@@ -616,16 +863,17 @@ struct Backward {
   static constexpr int kCorners = F::kCorners;
 
   const GridSampleArgs& a;
-  Geometry g;
+  const Geometry& g;
+  const Points& points;  // where the points sample
+  const Sink& sink;      // where their grid gradient goes
   const S* gout;
   const S* inp;
   T* gin;
-  G* ggrid;
   int64_t gi_offsets[8];
 
-  explicit Backward(const GridSampleArgs& args)
-      : a(args), g(args), gout(args.grad_output.ptr<S>()), inp(args.input.ptr<S>()),
-        gin(args.grad_input.ptr<T>()), ggrid(args.grad_grid.ptr<G>()) {
+  Backward(const GridSampleArgs& args, const Geometry& geometry, const Points& p, const Sink& k)
+      : a(args), g(geometry), points(p), sink(k), gout(args.grad_output.ptr<S>()),
+        inp(args.input.ptr<S>()), gin(args.grad_input.ptr<T>()) {
     if (gin) corner_offsets(a.grad_input, gi_offsets);
   }
 
@@ -646,6 +894,7 @@ struct Backward {
   // channel; with GATHER, their grid gradient is summed over the channels and stored.
   template <bool SCATTER, bool GATHER>
   struct PointBlock {
+    static constexpr bool kGather = GATHER;
     static constexpr bool kGradient = GATHER && MODE != NEAREST;
     const Backward* k;
     int64_t w, n, d, h, valid;
@@ -780,26 +1029,16 @@ struct Backward {
       }
     }
 
-    // The grid gradient stored (nearest: exactly 0; its slope may be NaN outside).
-    void finish() const {
+    // The grid gradient handed to the sink (nearest: exactly 0; its slope may be NaN
+    // outside).
+    void finish(typename Sink::RowSums& sums) const {
       if (!GATHER || !touches) return;
       const V zero(T(0));
       const M any = f.any();
-      alignas(64) T gx[L], gy[L], gz[L];
-      store_(gx, kGradient ? select(any, f.slope[0] * sx, zero) : zero);
-      store_(gy, kGradient ? select(any, f.slope[1] * sy, zero) : zero);
-      store_(gz, kGradient ? select(any, f.slope[2] * sz, zero) : zero);
-      const int64_t* s = k->a.grad_grid.stride;
-      G* p = k->ggrid + n * s[0] + d * s[1] + h * s[2] + w * s[3];
-      auto interleave = [&](int64_t point, int64_t axis, int64_t count) {
-        for (int64_t l = 0; l < count; ++l) {
-          storage<G>::template store<T>(p + l * point, gx[l]);
-          storage<G>::template store<T>(p + l * point + axis, gy[l]);
-          storage<G>::template store<T>(p + l * point + 2 * axis, gz[l]);
-        }
-      };
-      if (s[3] == 3 && s[4] == 1 && valid == L) interleave(3, 1, L);  // constants: vectorised
-      else interleave(s[3], s[4], valid);
+      k->sink.block(sums, n, d, h, w, valid,
+                    kGradient ? select(any, f.slope[0] * sx, zero) : zero,
+                    kGradient ? select(any, f.slope[1] * sy, zero) : zero,
+                    kGradient ? select(any, f.slope[2] * sz, zero) : zero);
     }
   };
 
@@ -822,12 +1061,21 @@ struct Backward {
   template <class Block>
   void row(std::vector<Block>& blocks, const RowCoords<T>& r, int64_t n, int64_t d, int64_t h,
            Planes planes) const {
+    typename Sink::RowSums sums;
+    if constexpr (Block::kGather) sums.clear();
+    row_blocks(blocks, r, n, d, h, planes, sums);
+    if constexpr (Block::kGather) sink.row_done(sums, (n * g.Do + d) * g.Ho + h);
+  }
+
+  template <class Block>
+  void row_blocks(std::vector<Block>& blocks, const RowCoords<T>& r, int64_t n, int64_t d,
+                  int64_t h, Planes planes, typename Sink::RowSums& sums) const {
     if (g.C == 1) {  // a local block, which the compiler keeps in registers
       Block block;
       for (int64_t w = 0; w < g.Wo; w += L) {
         block.prepare(*this, r, w, n, d, h, planes);
         block.channel(0);
-        block.finish();
+        block.finish(sums);
       }
       return;
     }
@@ -841,7 +1089,7 @@ struct Backward {
           if (ahead < g.C * count) blocks[ahead % count].prefetch(ahead / count);
           blocks[b].channel(c);
         }
-      for (int64_t b = 0; b < count; ++b) blocks[b].finish();
+      for (int64_t b = 0; b < count; ++b) blocks[b].finish(sums);
     }
   }
 
@@ -860,7 +1108,7 @@ struct Backward {
         owner = s == std::min(std::max(row * slabs / g.rows, p.slab_of(first)), p.slab_of(last));
       }
       int64_t n, d, h;
-      load_row<G>(a.grid, row, g, work.coords, n, d, h);
+      points.row(row, work.coords, n, d, h);
       const Planes planes{straddles, lo, hi};
       if (need_grid && owner) this->row(work.both, work.coords, n, d, h, planes);
       else this->row(work.scatter, work.coords, n, d, h, planes);
@@ -871,7 +1119,7 @@ struct Backward {
   void gradient_rows(int64_t begin, int64_t end, RowWork& work) const {
     for (int64_t i = begin; i < end; ++i) {
       int64_t n, d, h;
-      load_row<G>(a.grid, i, g, work.coords, n, d, h);
+      points.row(i, work.coords, n, d, h);
       row(work.gradient, work.coords, n, d, h, {});
     }
   }
@@ -883,7 +1131,7 @@ struct Backward {
     const int64_t slabs = p.n_slabs();
     const int64_t chunks = p.grad_rows.empty() ? 0 : int64_t(p.grad_rows.size()) - 1;
     const int64_t tasks = std::max(slabs, chunks);
-    const bool slabs_do_grid = !a.grad_grid.empty() && chunks == 0;
+    const bool slabs_do_grid = sink.wanted() && chunks == 0;
 #pragma omp parallel num_threads(std::max<int>(1, std::min<int64_t>(a.threads, tasks)))
     {
       RowWork work(g.Wo, g.C);
@@ -896,23 +1144,21 @@ struct Backward {
   }
 };
 
-template <class S, class G, int MODE>
-void backward_kernel(const GridSampleArgs& a) {
-  using T = typename compute_of<S, G>::type;
-  static constexpr Plan (*plans[3])(const GridSampleArgs&, const Geometry&) = {
-      make_plan<G, T, MODE, ZEROS>, make_plan<G, T, MODE, BORDER>,
-      make_plan<G, T, MODE, REFLECTION>};
-  const Backward<S, G, MODE> kernel(a);
-  kernel.run(plans[a.padding](a, kernel.g));
+// The plan of the call's padding.
+template <int MODE, class Points>
+Plan plan(const GridSampleArgs& a, const Geometry& g, const Points& points, bool want_grid) {
+  static constexpr Plan (*plans[3])(const GridSampleArgs&, const Geometry&, const Points&, bool) =
+      {make_plan<MODE, ZEROS, Points>, make_plan<MODE, BORDER, Points>,
+       make_plan<MODE, REFLECTION, Points>};
+  return plans[a.padding](a, g, points, want_grid);
 }
 
-template <class S, class G, int MODE>
-void plan_kernel(const GridSampleArgs& a, std::vector<int64_t>& slabs) {
-  using T = typename compute_of<S, G>::type;
-  static constexpr Plan (*plans[3])(const GridSampleArgs&, const Geometry&) = {
-      make_plan<G, T, MODE, ZEROS>, make_plan<G, T, MODE, BORDER>,
-      make_plan<G, T, MODE, REFLECTION>};
-  slabs = plans[a.padding](a, Geometry(a)).slabs;
+template <class S, int MODE, class Points, class Sink>
+void backward_kernel(const GridSampleArgs& a, const Geometry& g, const Points& points,
+                     const Sink& sink) {
+  const Backward<S, MODE, Points, Sink> kernel(a, g, points, sink);
+  kernel.run(plan<MODE>(a, g, points, sink.wanted()));
+  sink.finish();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -964,56 +1210,100 @@ void by_dtypes(const GridSampleArgs& a, F&& f, bool labels) {
   unsupported("input dtype");
 }
 
+// Calls f(S{}, G{}, mode) for the call's (volume, grid) storage types and its mode, an
+// std::integral_constant: integer label maps only where LABELS (the forward), nearest only.
+template <bool LABELS, class F>
+void by_dtypes_and_mode(const GridSampleArgs& a, F&& f) {
+  using Bilinear = std::integral_constant<int, BILINEAR>;
+  using Nearest = std::integral_constant<int, NEAREST>;
+  by_dtypes(
+      a,
+      [&](auto s, auto g) {
+        using S = decltype(s);
+        if constexpr (is_label<S>::value) {
+          if constexpr (LABELS) {
+            if (a.mode == NEAREST) return f(s, g, Nearest{});
+            unsupported("mode for integer volumes (nearest only)");
+          } else {
+            unsupported("input dtype for the backward");
+          }
+        } else {
+          if (a.mode == NEAREST) return f(s, g, Nearest{});
+          return f(s, g, Bilinear{});
+        }
+      },
+      LABELS);
+}
+
+bool backward_fits_index_lanes(const GridSampleArgs& a) {
+  return fits_index_lanes(a.input) && (a.grad_input.empty() || fits_index_lanes(a.grad_input));
+}
+
 }  // namespace
 
 void grid_sample_forward(const GridSampleArgs& a) {
   if (!fits_index_lanes(a.input)) return scalar::grid_sample_forward(a);
-  by_dtypes(
-      a,
-      [&](auto s, auto g) {
-        using S = decltype(s);
-        using G = decltype(g);
-        if (a.mode == NEAREST) return forward_kernel<S, G, NEAREST>(a);
-        if constexpr (!is_label<S>::value) return forward_kernel<S, G, BILINEAR>(a);
-        unsupported("mode for integer volumes (nearest only)");
-      },
-      true);
+  by_dtypes_and_mode<true>(a, [&](auto s, auto g, auto mode) {
+    using S = decltype(s);
+    using G = decltype(g);
+    using T = typename compute_of<S, G>::type;
+    const Geometry geometry(a);
+    forward_kernel<S, decltype(mode)::value>(a, GridPoints<G, T>{a.grid, geometry});
+  });
 }
 
 void grid_sample_backward(const GridSampleArgs& a) {
-  if (!fits_index_lanes(a.input) || (!a.grad_input.empty() && !fits_index_lanes(a.grad_input)))
-    return scalar::grid_sample_backward(a);
-  by_dtypes(
-      a,
-      [&](auto s, auto g) {
-        using S = decltype(s);
-        using G = decltype(g);
-        if constexpr (!is_label<S>::value) {
-          if (a.mode == NEAREST) return backward_kernel<S, G, NEAREST>(a);
-          return backward_kernel<S, G, BILINEAR>(a);
-        } else {
-          unsupported("input dtype for the backward");
-        }
-      },
-      false);
+  if (!backward_fits_index_lanes(a)) return scalar::grid_sample_backward(a);
+  by_dtypes_and_mode<false>(a, [&](auto s, auto g, auto mode) {
+    using S = decltype(s);
+    using G = decltype(g);
+    using T = typename compute_of<S, G>::type;
+    const Geometry geometry(a);
+    backward_kernel<S, decltype(mode)::value>(a, geometry, GridPoints<G, T>{a.grid, geometry},
+                                              GridGradient<G, T>{a.grad_grid});
+  });
 }
 
 std::vector<int64_t> grid_sample_backward_slabs(const GridSampleArgs& a) {
   std::vector<int64_t> slabs;
-  by_dtypes(
-      a,
-      [&](auto s, auto g) {
-        using S = decltype(s);
-        using G = decltype(g);
-        if constexpr (!is_label<S>::value) {
-          if (a.mode == NEAREST) return plan_kernel<S, G, NEAREST>(a, slabs);
-          return plan_kernel<S, G, BILINEAR>(a, slabs);
-        } else {
-          unsupported("input dtype for the backward");
-        }
-      },
-      false);
+  by_dtypes_and_mode<false>(a, [&](auto s, auto g, auto mode) {
+    using S = decltype(s);
+    using G = decltype(g);
+    using T = typename compute_of<S, G>::type;
+    const Geometry geometry(a);
+    slabs = plan<decltype(mode)::value>(a, geometry, GridPoints<G, T>{a.grid, geometry},
+                                        !a.grad_grid.empty())
+                .slabs;
+  });
   return slabs;
+}
+
+void warp_forward(const WarpArgs& w) {
+  const GridSampleArgs& a = w.sample;
+  if (!fits_index_lanes(a.input)) return scalar::warp_forward(w);
+  by_dtypes_and_mode<true>(a, [&](auto s, auto g, auto mode) {
+    using S = decltype(s);
+    using G = decltype(g);
+    using T = typename compute_of<S, G>::type;
+    const Geometry geometry(a);
+    forward_kernel<S, decltype(mode)::value>(a, WarpPoints<G, T>(w, geometry));
+  });
+}
+
+void warp_backward(const WarpArgs& w) {
+  const GridSampleArgs& a = w.sample;
+  if (!backward_fits_index_lanes(a)) return scalar::warp_backward(w);
+  by_dtypes_and_mode<false>(a, [&](auto s, auto g, auto mode) {
+    using S = decltype(s);
+    using G = decltype(g);
+    using T = typename compute_of<S, G>::type;
+    const Geometry geometry(a);
+    const WarpPoints<G, T> points(w, geometry);
+    std::vector<double> row_sums(w.grad_theta.empty() ? 0 : size_t(6 * geometry.rows), 0.0);
+    backward_kernel<S, decltype(mode)::value>(
+        a, geometry, points,
+        WarpGradient<G, T>{points, w.grad_displacement, w.grad_theta, row_sums.data()});
+  });
 }
 
 }  // namespace VS_ISA

@@ -122,6 +122,7 @@ Strided strided(const nb::handle& obj) {
 
 void bind_grid_sample(nb::module_& m);
 void bind_upsample(nb::module_& m);
+void bind_warp(nb::module_& m);
 
 }  // namespace vs
 
@@ -140,4 +141,5 @@ NB_MODULE(_kernels, m) {
         "OpenMP's default thread count (the machine's cores unless OMP_NUM_THREADS).");
   vs::bind_grid_sample(m);
   vs::bind_upsample(m);
+  vs::bind_warp(m);
 }
