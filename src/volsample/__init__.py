@@ -8,12 +8,14 @@ from ._errors import InvalidArgumentError, UnsupportedDTypeError, VolsampleError
 from ._config import get_deterministic, get_num_threads, set_deterministic, set_num_threads
 from .grid_sample import grid_sample_3d, grid_sample_3d_backward
 from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
+from .warp import warp_3d, warp_3d_backward
 
 __version__ = "0.1.0"
 
 __all__ = [
     "grid_sample_3d", "grid_sample_3d_backward",
     "upsample_trilinear_3d", "upsample_trilinear_3d_backward",
+    "warp_3d", "warp_3d_backward",
     "set_num_threads", "get_num_threads", "set_deterministic", "get_deterministic",
     "VolsampleError", "InvalidArgumentError", "UnsupportedDTypeError",
 ]
