@@ -208,7 +208,7 @@ class Warp:
                           self.output_mask[:1] + (any(self.output_mask[1:]),))
 
 
-def _warp_size(size, input_shape, displacement_spatial) -> tuple[int, ...]:
+def warp_output_size(size, input_shape, displacement_spatial=None) -> tuple[int, ...]:
     """The output's (D, H, W) from ``size``: None (the displacement's, else the input's),
     (D, H, W), or (N, C, D, H, W) as ``affine_grid`` takes it (N and C the input's)."""
     if size is None:
@@ -219,15 +219,18 @@ def _warp_size(size, input_shape, displacement_spatial) -> tuple[int, ...]:
         length = None
     if length not in (3, 5):
         raise InvalidArgumentError(
-            f"size: expected None, (D, H, W) or (N, C, D, H, W), got {size!r}")
+            f"size: expected None, (D, H, W) or (N, C, D, H, W), got {size!r}",
+            argument="size", kind="length", value=size)
     size = _checks.int_sequence("size", size, length, 1)
     if length == 5 and size[:2] != tuple(input_shape[:2]):
         raise InvalidArgumentError(f"size: expected N, C = {tuple(input_shape[:2])} (those of "
-                                   f"input), got {size}")
+                                   f"input), got {size}", argument="size", kind="mismatch",
+                                   value=size)
     spatial = size[2:] if length == 5 else size
     if displacement_spatial is not None and spatial != displacement_spatial:
         raise InvalidArgumentError(
-            f"size: expected the displacement's spatial size {displacement_spatial}, got {size}")
+            f"size: expected the displacement's spatial size {displacement_spatial}, got {size}",
+            argument="size", kind="mismatch", value=size)
     return spatial
 
 
@@ -245,7 +248,7 @@ def warp(input: Operand, theta: Operand | None, displacement: Operand | None, si
     for op in (theta, displacement):
         if op is None:
             continue
-        _checks.volume_dtype(op.name, op.dtype, dialect.spell)
+        # (the input's dtype is supported, so coordinates that go with it are too)
         _checks.grid_dtype(op.name, op.dtype, input.name, input.dtype, dialect.spell)
         if coord_dtype is not None:
             _checks.same_dtype(op.name, op.dtype, theta.name, coord_dtype, dialect.spell)
@@ -258,16 +261,19 @@ def warp(input: Operand, theta: Operand | None, displacement: Operand | None, si
         _checks.rank(theta.name, theta.shape, 3, dialect.noun)
         if tuple(theta.shape) != (N, 3, 4):
             raise InvalidArgumentError(f"{theta.name}: expected shape (N, 3, 4) = {(N, 3, 4)} "
-                                       f"(N = {input.name}'s N), got {tuple(theta.shape)}")
+                                       f"(N = {input.name}'s N), got {tuple(theta.shape)}",
+                                       argument=theta.name, kind="shape",
+                                       value=tuple(theta.shape))
     displacement_spatial = None
     if displacement is not None:
         _checks.rank(displacement.name, displacement.shape, 5, dialect.noun)
         if displacement.shape[0] != N or displacement.shape[-1] != 3:
             raise InvalidArgumentError(
                 f"{displacement.name}: expected shape (N, D, H, W, 3) with N = {N} "
-                f"({input.name}'s N), got {tuple(displacement.shape)}")
+                f"({input.name}'s N), got {tuple(displacement.shape)}",
+                argument=displacement.name, kind="shape", value=tuple(displacement.shape))
         displacement_spatial = tuple(displacement.shape[1:4])
-    spatial = _warp_size(size, input_shape, displacement_spatial)
+    spatial = warp_output_size(size, input_shape, displacement_spatial)
     return Warp(input_shape, spatial, input.dtype, coord_dtype, theta is not None,
                 displacement is not None, units, mode, padding, align_corners, layout)
 
