@@ -21,7 +21,7 @@ from .._tables import MODES, PADDINGS, UNITS, VOXELS
 from . import _common
 from . import _grid_sample
 
-_FORWARD_SCHEMA = ("(Tensor input, Tensor? theta, Tensor? displacement, int[3] size, "
+_FORWARD_SCHEMA = ("(Tensor input, Tensor? theta, Tensor? displacement, SymInt[3] size, "
                    "int interpolation_mode, int padding_mode, bool align_corners, "
                    "int displacement_units) -> Tensor")
 _BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor? theta, Tensor? displacement, "
@@ -63,10 +63,11 @@ def _describe_backward(grad_output, input, theta, displacement, interpolation_mo
                                 dialect=_common.TORCH)
 
 
-def _gradients(call, input, theta, displacement):
-    """Uninitialised (grad_input, grad_theta, grad_displacement), None where not asked for:
-    grad_input in the input's memory format, the others contiguous."""
-    want_input, want_theta, want_displacement = call.output_mask
+def _gradients(output_mask, input, theta, displacement):
+    """Uninitialised (grad_input, grad_theta, grad_displacement), None where not asked for
+    (a checked mask: none of an absent operand): grad_input in the input's memory format,
+    the others contiguous."""
+    want_input, want_theta, want_displacement = output_mask
     contiguous = torch.contiguous_format
     return (_common.empty_volume(input.shape, input) if want_input else None,
             torch.empty_like(theta, memory_format=contiguous) if want_theta else None,
@@ -106,9 +107,17 @@ def _warp_3d_cuda(input, theta, displacement, size, interpolation_mode, padding_
     return _common.gpu_backend("warp").forward(call, input, theta, displacement)
 
 
+def _symbolic(*shapes) -> bool:
+    """Whether sizes are symbolic (torch.compile tracing with dynamic shapes): torch's own
+    guards check them then, not the op layer."""
+    return any(isinstance(v, torch.SymInt) for shape in shapes for v in shape)
+
+
 @warp_3d.register_fake
 def _warp_3d_fake(input, theta, displacement, size, interpolation_mode, padding_mode,
                   align_corners, displacement_units):
+    if _symbolic(input.shape, size):
+        return _common.empty_volume(tuple(input.shape[:2]) + tuple(size), input)
     call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
                      align_corners, displacement_units)
     return _common.empty_volume(call.output_shape, input)
@@ -123,7 +132,7 @@ def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode
     an empty tensor. No grid-sized array is formed for theta's."""
     call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
                               padding_mode, align_corners, displacement_units, output_mask)
-    gradients = _gradients(call, input, theta, displacement)
+    gradients = _gradients(call.output_mask, input, theta, displacement)
     _cpu.backward(call, _read(grad_output), _read(input), _read(theta), _read(displacement),
                   *map(_common.writable_array, gradients))
     return _returned(gradients, input)
@@ -141,9 +150,13 @@ def _warp_3d_backward_cuda(grad_output, input, theta, displacement, interpolatio
 @warp_3d_backward.register_fake
 def _warp_3d_backward_fake(grad_output, input, theta, displacement, interpolation_mode,
                            padding_mode, align_corners, displacement_units, output_mask):
+    if _symbolic(grad_output.shape, input.shape):
+        mask = [bool(m) and t is not None
+                for m, t in zip(output_mask, (input, theta, displacement))]
+        return _returned(_gradients(mask, input, theta, displacement), input)
     call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
                               padding_mode, align_corners, displacement_units, output_mask)
-    return _returned(_gradients(call, input, theta, displacement), input)
+    return _returned(_gradients(call.output_mask, input, theta, displacement), input)
 
 
 # ---------------------------------------------------------------------------------------
