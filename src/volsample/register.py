@@ -77,7 +77,9 @@ def add_register_arguments(parser: argparse.ArgumentParser) -> None:
                              + ", ".join(f"{k} {v}" for k, v in registration.DEFAULT_WEIGHTS.items())
                              + ")")
     parser.add_argument("--lr", type=float, default=0.25, metavar="VOXELS",
-                        help="Adam step at full resolution, doubled per coarser level (default 0.25)")
+                        help="Adam step at full resolution in fixed voxels (the control points', "
+                             "and the affine's translation), doubled per coarser level "
+                             "(default 0.25)")
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
