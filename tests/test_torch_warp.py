@@ -160,3 +160,32 @@ def test_errors_are_volsample_and_pytorch_classes():
         vt.warp(x, theta, displacement_units="mm")
     with pytest.raises(ValueError, match=r"size: expected the displacement's spatial size"):
         vt.warp(x, theta, u, size=(1, 2, 3))
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_cuda_kernels_call_the_triton_launchers_with_the_description(monkeypatch, deterministic):
+    """The ops' CUDA kernels build the Warp description and hand it, with the tensors, to
+    the launchers of volsample._triton.warp (a stand-in here: no GPU)."""
+    import sys
+    import types
+
+    from volsample.torch import _warp
+
+    for name in ("warp_3d", "warp_3d_backward"):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"volsample::{name}", "CUDA")
+    x, theta, u = operands(torch.float32, N=1, C=2, grad=False)
+    go = torch.randn(1, 2, 3, 6, 4)
+    out, grads = torch.empty(1, 2, 3, 6, 4), (None, torch.empty(1, 3, 4), torch.empty_like(u))
+    calls = []
+    stand_in = types.SimpleNamespace(
+        forward=lambda *args: calls.append(("forward", args)) or out,
+        backward=lambda *args: calls.append(("backward", args)) or grads)
+    monkeypatch.setitem(sys.modules, "volsample._triton.warp", stand_in)
+    monkeypatch.setattr(volsample._config, "_deterministic", deterministic)
+    assert _warp._warp_3d_cuda(x, theta, u, [3, 6, 4], 0, 1, True, 1) is out
+    gi, gt, gd = _warp._warp_3d_backward_cuda(go, x, theta, u, 0, 1, True, 1, [False, True, True])
+    assert gi.numel() == 0 and gt is grads[1] and gd is grads[2]
+    (_, (call, *tensors)), (_, (bcall, *btensors)) = calls
+    assert call.output_spatial == (3, 6, 4) and call.units == 1 and call.padding == 1
+    assert tensors[0] is x and tensors[1] is theta and tensors[2] is u
+    assert bcall.output_mask == (False, True, True) and btensors[-1] == deterministic
