@@ -333,5 +333,6 @@ def test_backward_errors():
         volsample.warp_3d_backward(go, x, output_mask=(True, True))
     with pytest.raises(volsample.InvalidArgumentError, match=r"grad_output: expected shape"):
         volsample.warp_3d_backward(go, x, displacement=np.zeros((2, 3, 4, 4, 3)))
-    with pytest.raises(volsample.UnsupportedDTypeError, match=r"grad_output: expected dtype float64"):
+    with pytest.raises(volsample.UnsupportedDTypeError,
+                       match=r"grad_output: expected dtype float64"):
         volsample.warp_3d_backward(go.astype(np.float32), x)

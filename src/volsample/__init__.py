@@ -3,8 +3,8 @@
 Grid sampling (trilinear and nearest), warps without a grid (``warp_3d``: an affine map
 plus a displacement) and trilinear upsampling, forward and backward, and the displacement
 field tools of registration (``compose``, ``integrate_velocity``,
-``jacobian_determinant``), for NumPy arrays; ``volsample.torch`` adds PyTorch autograd and custom ops, and
-``volsample.aclnn`` the CANN two-phase API.
+``jacobian_determinant``), for NumPy arrays; ``volsample.torch`` adds PyTorch autograd and
+custom ops, and ``volsample.aclnn`` the CANN two-phase API.
 """
 from ._errors import InvalidArgumentError, UnsupportedDTypeError, VolsampleError
 from ._config import get_deterministic, get_num_threads, set_deterministic, set_num_threads

@@ -60,7 +60,9 @@ def _derivative(xp, f, axis):
     n = f.shape[axis]
     if n == 1:
         return f * 0
-    part = lambda start, stop: f[(slice(None),) * axis + (slice(start, stop),)]
+    def part(start, stop):
+        return f[(slice(None),) * axis + (slice(start, stop),)]
+
     first = part(1, 2) - part(0, 1)
     last = part(n - 1, n) - part(n - 2, n - 1)
     pieces = [first, (part(2, n) - part(0, n - 2)) / 2, last] if n > 2 else [first, last]
