@@ -29,6 +29,25 @@ def assert_bitwise_equal(name, a, b):
     assert same.all(), f"{name}: {int((~same).sum())} bytes differ"
 
 
+def assert_same_bits(name, actual, expected):
+    """Bit equality under IEEE 754's NaN rule: every element that is not NaN in ``expected``
+    has its bits in ``actual``, and ``actual`` is NaN exactly where ``expected`` is (a NaN's
+    sign and payload are free: where two NaNs meet, which one an operation returns is
+    unspecified). On failure, name the tensor, count the mismatches, show the first."""
+    actual, expected = np.ascontiguousarray(actual), np.ascontiguousarray(expected)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, (
+        f"{name}: {actual.dtype}{actual.shape} vs {expected.dtype}{expected.shape}")
+    bits = np.dtype(f"u{actual.itemsize}")
+    nan_a, nan_e = np.isnan(actual), np.isnan(expected)
+    bad = (nan_a != nan_e) | (~nan_e & (actual.view(bits) != expected.view(bits)))
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        a, e = actual[where], expected[where]
+        raise AssertionError(
+            f"{name}: {int(bad.sum())} of {bad.size} elements differ; first at {where}: "
+            f"{a!r} ({a.view(bits):#x}) vs {e!r} ({e.view(bits):#x})")
+
+
 def torch_tensor(arr):
     """A torch tensor with the values of a NumPy array (bfloat16 kept as bfloat16)."""
     import torch

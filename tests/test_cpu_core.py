@@ -1,6 +1,7 @@
 """The compiled CPU core's instruction-set choice: VOLSAMPLE_CPU_ISA, set_isa, and the
-errors for a name that is unknown or that this CPU cannot run. (That every ISA computes the
-scalar path's bits is tested per operator in test_cpu_isa*.py.)"""
+errors for a name that is unknown or that this CPU cannot run (that every ISA computes the
+scalar path's bits is tested per operator in test_cpu_isa*.py); and the integer codes of
+the modes it exposes."""
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from volsample import _cpu
+from volsample import _cpu, _tables
 
 
 def _isa_in_child(value):
@@ -61,3 +62,10 @@ def test_float32_calls_do_not_import_ml_dtypes():
             "print('ml_dtypes' in sys.modules)")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "False", run.stderr
+
+
+def test_kernel_codes_of_modes_and_paddings_are_pythons():
+    # The C++ enums (tensor.h) as the module exposes them are the tables' kernel integers,
+    # entry for entry: a mode added on one side only fails here.
+    assert _cpu.MODES == {c.name: c.code for c in _tables.MODES.choices}
+    assert _cpu.PADDINGS == {c.name: c.code for c in _tables.PADDINGS.choices}

@@ -139,6 +139,16 @@ NB_MODULE(_kernels, m) {
         "The instruction sets built into this module that this CPU can run.");
   m.def("max_threads", [] { return omp_get_max_threads(); },
         "OpenMP's default thread count (the machine's cores unless OMP_NUM_THREADS).");
+  // The kernels' integer codes of the sampling modes (tensor.h), for Python's tables to be
+  // checked against.
+  nb::dict modes, paddings;
+  modes["bilinear"] = int(vs::BILINEAR);
+  modes["nearest"] = int(vs::NEAREST);
+  paddings["zeros"] = int(vs::ZEROS);
+  paddings["border"] = int(vs::BORDER);
+  paddings["reflection"] = int(vs::REFLECTION);
+  m.attr("MODES") = modes;
+  m.attr("PADDINGS") = paddings;
   vs::bind_grid_sample(m);
   vs::bind_upsample(m);
   vs::bind_warp(m);

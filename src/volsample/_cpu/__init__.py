@@ -17,6 +17,9 @@ isa = _kernels.isa
 set_isa = _kernels.set_isa
 supported_isas = _kernels.supported_isas
 max_threads = _kernels.max_threads
+# The C++ core's integer codes of the modes and paddings, as its kernels take them.
+MODES = _kernels.MODES
+PADDINGS = _kernels.PADDINGS
 
 
 def operand(arr: np.ndarray | None) -> np.ndarray | None:

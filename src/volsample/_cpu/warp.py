@@ -1,9 +1,10 @@
 """The C++ warp kernels behind a checked ``_calls.Warp``: launch them, and count the
 scratch memory they allocate.
 
-They are the grid-sampling kernels (``src/cpp/grid_sample.cpp``) with a warp's coordinate
-source (each point's coordinates from theta, its index and its displacement) and
-gradient sink (the displacement's gradient, and per-row sums for theta's). Operands are
+They are the grid-sampling kernels (``src/cpp/grid_forward.cpp``, ``grid_backward.cpp``)
+with a warp's coordinate source (each point's coordinates from theta, its index and its
+displacement) and gradient sink (the displacement's gradient, and per-row sums for
+theta's), ``src/cpp/grid_warp.h``. Operands are
 NumPy arrays: volumes as logical (N, C, D, H, W) views with any strides, theta (N, 3, 4)
 or None (the identity), displacement (N, Do, Ho, Wo, 3) or None (0). Results are written
 whole into the caller's arrays.

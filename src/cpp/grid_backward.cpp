@@ -1,0 +1,379 @@
+// Grid sampling's backward (compiled once per ISA): grad_input, a scatter of each point's
+// grad_output times its corner weights, and grad_grid, each point's sum over channels of
+// its coordinate terms. The per-point formula is grid_formula.h's (PyTorch's operations in
+// PyTorch's order: the float32 and float64 bits are PyTorch's); this file is the machinery
+// that evaluates it L points (the ISA's vector lanes) and one channel at a time, and
+// schedules the scatter so that every grad_input element receives its terms in increasing
+// point order, as PyTorch adds them. How the work is split across threads, and why that
+// keeps the bits: grid_backward_plan.h.
+//
+// The mode (1 or 8 corners) is a template parameter, chosen once per call; the padding is
+// a per-block branch of the footprint. So are where the points' coordinates come from and
+// where their grid gradient goes (grid_common.h): the grid operands', or a warp's
+// (grid_warp.h). 16-bit volumes are read from their own memory into
+// float32 (float64 beside a float64 grid) and grad_input accumulates in that compute type.
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include <omp.h>
+
+#include "grid_backward_plan.h"
+#include "grid_common.h"
+#include "grid_corners.h"
+#include "grid_formula.h"
+#include "grid_warp.h"
+
+namespace vs {
+namespace VS_ISA {
+namespace grid {
+namespace {
+
+// The backward's operands and loops over points, L at a time; the points' coordinates come
+// from `source`, their grid gradient goes to `sink`.
+template <class S, class G, int MODE, class Source, class Sink>
+struct Backward {
+  using T = typename compute_of<S, G>::type;
+  using V = typename native<T>::type;
+  using Lane = index_lane_of<V>;
+  using M = mask_of<V>;
+  using F = CornerFootprint<MODE, V>;
+  static constexpr int L = lanes<V>::count;
+  static constexpr int kCorners = F::kCorners;
+
+  const GridSampleArgs& a;
+  Geometry g;
+  const Source& source;
+  const Sink& sink;
+  const S* gout;
+  const S* inp;
+  T* gin;
+  int64_t gi_offsets[8];
+
+  Backward(const GridSampleArgs& args, const Source& points, const Sink& gradient_sink)
+      : a(args), g(args), source(points), sink(gradient_sink), gout(args.grad_output.ptr<S>()),
+        inp(args.input.ptr<S>()), gin(args.grad_input.ptr<T>()) {
+    if (gin) corner_offsets(a.grad_input, gi_offsets);
+  }
+
+  const S* gout_row(const Row& row) const {
+    const int64_t* s = a.grad_output.stride;
+    return gout + row.n * s[0] + row.d * s[2] + row.h * s[3];
+  }
+
+  // Points [w, w + L) of a row: with SCATTER, their scatter terms are added into
+  // grad_input's corners (those on the task's planes), channel by channel; with GATHER,
+  // their coordinate terms are summed over the channels and their grid gradient stored.
+  template <bool SCATTER, bool GATHER>
+  struct PointBlock {
+    static constexpr bool kGradient = GATHER && MODE != NEAREST;
+    const Backward* k;
+    Row row;
+    int64_t w, valid;
+    bool touches;
+    F f;
+    std::optional<CornerReader<MODE, V>> reader;
+    V cw[8];                      // corner weights
+    V sum[3];                     // coordinate terms, summed over the channels so far
+    alignas(64) Lane gi_lanes[L];
+    unsigned live;                // the valid lanes
+    unsigned corner_lanes[8];     // corner k's lanes that scatter (inside, on the task's planes)
+    bool corner_major;            // the scatter may go corner by corner (see scatter_order)
+    int flip;                     // ... from corner 7 ^ flip down to corner 0 ^ flip
+
+    // Made in place (the blocks are reused row after row, and are large to copy).
+    void prepare(const Backward& kernel, const RowCoords<T>& r, const Row& row_, int64_t w_,
+                 Planes planes) {
+      k = &kernel;
+      row = row_;
+      w = w_;
+      valid = std::min<int64_t>(L, kernel.g.Wo - w);
+      f = F(r, w, kernel.g, kernel.a.padding, kernel.a.align_corners);
+      sum[0] = sum[1] = sum[2] = V(T(0));
+      reader.reset();
+      const Geometry& g = kernel.g;
+      touches = bits_of(f.any()) != 0;
+      if (!touches) return;  // nothing to do: the grid gradient is 0, as its caller left it
+      if (kGradient) reader.emplace(f, g, kernel.a.input.stride);
+      if (MODE == NEAREST) cw[0] = V(T(1));
+      else corner_weights(f.weight, cw);
+      if (SCATTER) {  // each corner's lanes, clipped to the task's planes
+        store_(gi_lanes, f.offset(kernel.a.grad_input.stride));
+        live = unsigned((uint64_t(1) << valid) - 1);
+        unsigned on_planes[2] = {live, live};  // corners of z bit 0, 1
+        if (planes.clip) {  // compared in this batch's z, small whole numbers
+          const V lo{T(std::clamp<int64_t>(planes.lo - row.n * g.D, -2, g.D + 1))};
+          const V hi{T(std::clamp<int64_t>(planes.hi - row.n * g.D, -2, g.D + 1))};
+          const V z0 = f.low[2], z1 = f.low[2] + V(T(1));
+          on_planes[0] &= bits_of((lo <= z0) & (z0 < hi));
+          on_planes[1] &= bits_of((lo <= z1) & (z1 < hi));
+        }
+        for (int c = 0; c < kCorners; ++c)
+          corner_lanes[c] = bits_of(f.corner[c]) & on_planes[z_bit(c)];
+        scatter_order();
+      }
+    }
+
+    // Every element must receive its terms in point order. Corner by corner (each over
+    // the lanes in order) does that when, along the lanes, each axis' low tap never falls
+    // (or never rises): two lanes a < b reaching one element then reach it through corners
+    // whose bits differ only where a's tap lies below b's, so a's corner comes first when
+    // corners are taken from 7 down to 0, each bit of a falling axis flipped. This order
+    // has no lane waiting on the previous lane's store, as the point-by-point one has.
+    void scatter_order() {
+      corner_major = true;
+      flip = 0;
+      if constexpr (L > 1 && MODE != NEAREST) {  // one corner: the orders are the same
+        const unsigned pairs = live >> 1;  // lanes l with lane l + 1 valid
+        for (int axis = 0; axis < 3; ++axis) {
+          const V now = f.low[axis], next = next_lane_(now);
+          if ((bits_of(now <= next) & pairs) == pairs) continue;
+          if ((bits_of(next <= now) & pairs) == pairs) flip |= 1 << axis;
+          else corner_major = false;
+        }
+      }
+    }
+
+    // Fetch ahead what channel c reads: the volume's corners and grad_input's.
+    void prefetch(int64_t c) const {
+      if (!touches) return;
+      const GridSampleArgs& a = k->a;
+      if (kGradient) reader->prefetch(k->inp + row.n * a.input.stride[0] + c * a.input.stride[1]);
+      if (SCATTER) {
+        const int64_t* gs = a.grad_input.stride;
+        const T* gi_c = k->gin + row.n * gs[0] + c * gs[1];
+        for (int64_t corner_row : {int64_t(0), gs[3], gs[2], gs[2] + gs[3]}) {
+          prefetch_(gi_c + gi_lanes[0] + corner_row);
+          prefetch_(gi_c + gi_lanes[valid - 1] + corner_row + gs[4]);
+        }
+      }
+    }
+
+    // Channel c's share: its coordinate terms summed, its scatter terms scattered.
+    void channel(int64_t c) {
+      if (!touches) return;
+      const GridSampleArgs& a = k->a;
+      const int64_t* gs = a.grad_output.stride;
+      const V grad_output =
+          load_lanes<V>(k->gout_row(row) + c * gs[1] + w * gs[4], gs[4], valid);
+      if (kGradient) {
+        V v[8];
+        reader->read(k->inp + row.n * a.input.stride[0] + c * a.input.stride[1], v);
+        add_coordinate_terms(v, f.weight, f.corner, grad_output, sum);
+      }
+      if (SCATTER) scatter(c, grad_output);
+    }
+
+    // Channel c's scatter terms added into grad_input, in the order scatter_order chose.
+    void scatter(int64_t c, V grad_output) const {
+      alignas(64) T terms[8][L];
+      for (int i = 0; i < kCorners; ++i) store_(terms[i], scatter_term(grad_output, cw[i]));
+      const GridSampleArgs& a = k->a;
+      T* gi_c = k->gin + row.n * a.grad_input.stride[0] + c * a.grad_input.stride[1];
+      int64_t to[8];  // a local copy: the compiler keeps it in registers
+      std::copy(k->gi_offsets, k->gi_offsets + 8, to);
+      if (corner_major) {
+        for (int key = kCorners - 1; key >= 0; --key) {
+          const int i = key ^ flip;
+          T* at = gi_c + to[i];
+          const T* t = terms[i];
+          const unsigned lanes = corner_lanes[i];
+          if (lanes == live) {  // every lane, without branches
+            for (int64_t l = 0; l < valid; ++l) at[gi_lanes[l]] += t[l];
+          } else {
+            for (int64_t l = 0; l < valid; ++l)
+              if (lanes >> l & 1) at[gi_lanes[l]] += t[l];
+          }
+        }
+      } else {
+        for (int64_t l = 0; l < valid; ++l) {
+          T* at = gi_c + gi_lanes[l];
+          for (int i = 0; i < kCorners; ++i)
+            if (corner_lanes[i] >> l & 1) at[to[i]] += terms[i][l];
+        }
+      }
+    }
+
+    // The points' grid gradients handed to the sink (nearest: exactly 0).
+    void finish() const {
+      if (!GATHER || !touches) return;
+      const M any = f.any();
+      alignas(64) T gradient[3][L];
+      for (int axis = 0; axis < 3; ++axis)
+        store_(gradient[axis],
+               kGradient ? grid_gradient(f.slope[axis], sum[axis], any) : V(T(0)));
+      k->sink.template store<L>(row, w, valid, gradient[0], gradient[1], gradient[2]);
+    }
+  };
+
+  // Per-thread blocks of a row. With several channels the row's blocks are prepared
+  // together and then swept channel by channel, so that the reads and writes stay on a few
+  // rows of one channel at a time, which the caches keep; one channel takes a block at a time.
+  struct RowWork {
+    RowCoords<T> coords;
+    std::vector<PointBlock<true, true>> both;
+    std::vector<PointBlock<true, false>> scatter;
+    std::vector<PointBlock<false, true>> gradient;
+    RowWork(int64_t Wo, int64_t C) : coords(Wo) {
+      const size_t blocks = C > 1 ? size_t((Wo + L - 1) / L) : 0;
+      both.resize(blocks);
+      scatter.resize(blocks);
+      gradient.resize(blocks);
+    }
+  };
+
+  // One row's points, block by block (one channel) or channel by channel (several).
+  template <class Block>
+  VS_FLATTEN void sweep(std::vector<Block>& blocks, const RowCoords<T>& r, const Row& row,
+                        Planes planes) const {
+    if (g.C == 1) {  // a local block, which the compiler keeps in registers
+      Block block;
+      for (int64_t w = 0; w < g.Wo; w += L) {
+        block.prepare(*this, r, row, w, planes);
+        block.channel(0);
+        block.finish();
+      }
+      return;
+    }
+    const int64_t group = int64_t(blocks.size());
+    for (int64_t first = 0; first < g.Wo; first += group * L) {
+      const int64_t count = std::min<int64_t>(group, (g.Wo - first + L - 1) / L);
+      for (int64_t b = 0; b < count; ++b) blocks[b].prepare(*this, r, row, first + b * L, planes);
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t b = 0; b < count; ++b) {
+          const int64_t ahead = c * count + b + kPrefetchBlocks;  // in (channel, block) order
+          if (ahead < g.C * count) blocks[ahead % count].prefetch(ahead / count);
+          blocks[b].channel(c);
+        }
+      for (int64_t b = 0; b < count; ++b) blocks[b].finish();
+    }
+  }
+
+  // Slab s: every point's share of grad_input on the slab's planes, in point order, and
+  // (if need_grid) the grid gradient of the rows the slab owns.
+  void slab(const Plan& p, int64_t s, bool need_grid, RowWork& work) const {
+    for (int64_t i = 0; i < g.rows; ++i) {  // every point, in increasing order
+      const RowShare share = p.share(i, s, g.rows);
+      if (!share.touches) continue;
+      const Row row(i, g);
+      source.fill(row, g, work.coords);
+      if (need_grid && share.owner) sweep(work.both, work.coords, row, share.planes);
+      else sweep(work.scatter, work.coords, row, share.planes);
+    }
+  }
+
+  // The grid gradient of rows [begin, end).
+  void gradient_rows(int64_t begin, int64_t end, RowWork& work) const {
+    for (int64_t i = begin; i < end; ++i) {
+      const Row row(i, g);
+      source.fill(row, g, work.coords);
+      sweep(work.gradient, work.coords, row, {});
+    }
+  }
+
+  // Task t runs slab t, if there is one (slab s alone writes grad_input's planes
+  // [slabs[s], slabs[s+1])), and then the grid gradient of rows [grad_rows[t],
+  // grad_rows[t+1]), if those bounds exist; the two never write the same memory.
+  void run(const Plan& p) const {
+    const int64_t slabs = p.n_slabs();
+    const int64_t chunks = p.grad_rows.empty() ? 0 : int64_t(p.grad_rows.size()) - 1;
+    const int64_t tasks = std::max(slabs, chunks);
+    const bool slabs_do_grid = sink.wanted() && chunks == 0;
+#pragma omp parallel num_threads(std::max<int>(1, std::min<int64_t>(a.threads, tasks)))
+    {
+      RowWork work(g.Wo, g.C);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t t = 0; t < tasks; ++t) {
+        if (t < slabs) slab(p, t, slabs_do_grid, work);
+        if (t < chunks) gradient_rows(p.grad_rows[t], p.grad_rows[t + 1], work);
+      }
+    }
+  }
+};
+
+// The plan of a call, for its padding.
+template <class T, int MODE, class Source>
+Plan plan_of(const GridSampleArgs& a, const Geometry& g, const Source& source, bool want_grid) {
+  static constexpr Plan (*plans[3])(const GridSampleArgs&, const Geometry&, const Source&,
+                                    bool) = {make_plan<T, MODE, ZEROS, Source>,
+                                             make_plan<T, MODE, BORDER, Source>,
+                                             make_plan<T, MODE, REFLECTION, Source>};
+  return plans[a.padding](a, g, source, want_grid);
+}
+
+// The backward of a call whose points come from `source`, their grid gradient going to
+// `sink`.
+template <class S, class G, int MODE, class Source, class Sink>
+void run_backward(const GridSampleArgs& a, const Source& source, const Sink& sink) {
+  using T = typename compute_of<S, G>::type;
+  const Backward<S, G, MODE, Source, Sink> kernel(a, source, sink);
+  kernel.run(plan_of<T, MODE>(a, kernel.g, source, sink.wanted()));
+}
+
+// Calls f(S{}, G{}, mode tag) for a backward call's types and mode.
+template <class F>
+void by_backward_types(const GridSampleArgs& a, F&& f) {
+  by_dtypes(
+      a,
+      [&](auto s, auto g) {
+        using S = decltype(s);
+        if constexpr (!is_label<S>::value) {
+          if (a.mode == NEAREST) return f(s, g, std::integral_constant<int, NEAREST>{});
+          return f(s, g, std::integral_constant<int, BILINEAR>{});
+        } else {
+          unsupported("input dtype for the backward");
+        }
+      },
+      false);
+}
+
+// Whether the SIMD build's index lanes reach every element the backward reads or writes.
+bool backward_fits_index_lanes(const GridSampleArgs& a) {
+  return fits_index_lanes(a.input) && (a.grad_input.empty() || fits_index_lanes(a.grad_input));
+}
+
+}  // namespace
+}  // namespace grid
+
+void grid_sample_backward(const GridSampleArgs& a) {
+  if (!grid::backward_fits_index_lanes(a)) return scalar::grid_sample_backward(a);
+  grid::by_backward_types(a, [&](auto s, auto g, auto mode) {
+    using G = decltype(g);
+    grid::run_backward<decltype(s), G, decltype(mode)::value>(
+        a, grid::GridRows<G>{a.grid}, grid::GridGradientStore<G>{a.grad_grid});
+  });
+}
+
+std::vector<int64_t> grid_sample_backward_slabs(const GridSampleArgs& a) {
+  std::vector<int64_t> slabs;
+  grid::by_backward_types(a, [&](auto s, auto g, auto mode) {
+    using G = decltype(g);
+    using T = typename grid::compute_of<decltype(s), G>::type;
+    slabs = grid::plan_of<T, decltype(mode)::value>(a, grid::Geometry(a), grid::GridRows<G>{a.grid},
+                                                     !a.grad_grid.empty())
+                .slabs;
+  });
+  return slabs;
+}
+
+void warp_backward(const WarpArgs& w) {
+  const GridSampleArgs& a = w.sample;
+  if (!grid::backward_fits_index_lanes(a)) return scalar::warp_backward(w);
+  grid::by_backward_types(a, [&](auto s, auto g, auto mode) {
+    using S = decltype(s);
+    using G = decltype(g);
+    using T = typename grid::compute_of<S, G>::type;
+    const grid::Geometry geometry(a);
+    const grid::WarpRows<G, T> source(w, geometry);
+    std::vector<double> row_sums(w.grad_theta.empty() ? 0 : size_t(6 * geometry.rows), 0.0);
+    const grid::WarpGradientStore<G, T> sink{source, w.grad_displacement, w.grad_theta,
+                                             row_sums.data()};
+    grid::run_backward<S, G, decltype(mode)::value>(a, source, sink);
+    sink.finish(geometry);
+  });
+}
+
+}  // namespace VS_ISA
+}  // namespace vs

@@ -1,0 +1,175 @@
+// How the grid backward splits its work across threads (grid_backward.cpp runs the plan).
+//
+// The forward and the grid gradient write each output point from one task. The input
+// gradient is a scatter, made race-free by giving each task a slab of input planes (n, z)
+// that only it writes. Every task walks the points in increasing order (skipping rows whose
+// plane range misses its slab) and adds the corners on its planes, so each input element
+// receives its terms in increasing point order whatever the slabs are. A row's grid
+// gradient is computed once, by one of the slabs it touches; when rows reach across the
+// volume (a random grid), one slab does the whole scatter and the other tasks compute the
+// grid gradient beside it. How the planes are split (whole batches when there are enough;
+// otherwise balanced by the rows touching each plane) changes the speed, never the bits.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include <omp.h>
+
+#include "coords.h"
+#include "grid_common.h"
+
+namespace vs {
+namespace VS_ISA {
+namespace grid {
+
+// The input planes a task scatters into: all of a row's (clip false), or only [lo, hi).
+struct Planes {
+  bool clip = false;
+  int64_t lo = 0, hi = 0;
+};
+
+// What a slab does with a row: nothing (touches false), or scatter its corners on the
+// slab's planes; and whether it also computes the row's grid gradient (owner).
+struct RowShare {
+  bool touches, owner;
+  Planes planes;
+};
+
+// The split: slabs of input planes [slabs[s], slabs[s+1]) and, where the grid gradient
+// runs beside the slabs, the bounds of those tasks' rows.
+struct Plan {
+  std::vector<int64_t> row_first, row_last;  // each row's planes; read only with several slabs
+  std::vector<int64_t> slabs;                // empty: no input gradient
+  std::vector<int64_t> grad_rows;            // empty: the slabs compute the grid gradient
+
+  int64_t n_slabs() const { return slabs.empty() ? 0 : int64_t(slabs.size()) - 1; }
+  int64_t slab_of(int64_t plane) const {
+    return int64_t(std::upper_bound(slabs.begin(), slabs.end(), plane) - slabs.begin()) - 1;
+  }
+
+  // Slab s's share of row `row` (of `rows`).
+  RowShare share(int64_t row, int64_t s, int64_t rows) const {
+    const int64_t count = n_slabs(), lo = slabs[s], hi = slabs[s + 1];
+    if (count == 1) return {true, true, {false, lo, hi}};
+    const int64_t first = row_first[row], last = row_last[row];
+    if (last < lo || first >= hi) return {false, false, {}};
+    // Spread by row number, so that rows spanning every slab share the grid gradients.
+    const bool owner =
+        s == std::min(std::max(row * count / rows, slab_of(first)), slab_of(last));
+    return {true, owner, {first < lo || last >= hi, lo, hi}};
+  }
+};
+
+// The planes [first, last] of one batch that points with z coordinates in [low, high] can
+// touch, for a padding under which the voxel coordinate grows with the normalised one
+// (zeros, border; reflection for a single point); first > last if none. Under zeros and
+// border padding coordinates are clipped to [-3, 3] first: points beyond touch the same
+// planes (none, or an end one) and infinities never reach the arithmetic. Reflection folds
+// any finite point back in, so there only a non-finite point touches nothing. NaN makes an
+// empty span.
+template <int MODE, int PADDING, class T>
+void plane_span(T low, T high, int64_t D, bool align_corners, int64_t& first, int64_t& last) {
+  first = 1;
+  last = 0;
+  if (!(low <= high) || (PADDING == REFLECTION && !std::isfinite(low))) return;
+  if (PADDING != REFLECTION) {
+    low = std::min(std::max(low, T(-3)), T(3));
+    high = std::min(std::max(high, T(-3)), T(3));
+  }
+  T slope;
+  const T i_low = source_index(low, D, PADDING, align_corners, slope);
+  const T i_high = source_index(high, D, PADDING, align_corners, slope);
+  const T f = MODE == NEAREST ? std::nearbyint(i_low) : std::floor(i_low);
+  const T l = MODE == NEAREST ? std::nearbyint(i_high) : std::floor(i_high) + T(1);
+  first = int64_t(std::max(f, T(0)));
+  last = int64_t(std::min(l, T(D - 1)));
+}
+
+// Each row's lowest and highest input plane (n*D + z) judged from z alone (a superset of
+// the planes its points touch; first > last if none).
+template <class T, int MODE, int PADDING, class Rows>
+void row_planes(const Rows& source, const Geometry& g, bool align_corners, int threads,
+                int64_t* first, int64_t* last) {
+#pragma omp parallel num_threads(threads)
+  {
+    RowCoords<T> r(g.Wo);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < g.rows; ++i) {  // each row writes its own range
+      const Row row(i, g);
+      source.fill(row, g, r);
+      const T* z = r.axis(2);
+      int64_t lowest = g.D, highest = -1;
+      if (PADDING == REFLECTION) {  // folding is not monotonic: bound every point
+        for (int64_t w = 0; w < g.Wo; ++w) {
+          int64_t f, l;
+          plane_span<MODE, PADDING>(z[w], z[w], g.D, align_corners, f, l);
+          if (f <= l) {
+            lowest = std::min(lowest, f);
+            highest = std::max(highest, l);
+          }
+        }
+      } else {  // monotonic: the row's extreme coordinates bound its planes
+        // Four independent extremes (no chain of compares from point to point), then theirs.
+        constexpr int kWays = 4;
+        T low[kWays], high[kWays];
+        for (int u = 0; u < kWays; ++u) low[u] = T(INFINITY), high[u] = T(-INFINITY);
+        for (int64_t w = 0; w < g.Wo; w += kWays)
+          for (int u = 0; u < kWays && w + u < g.Wo; ++u) {
+            low[u] = z[w + u] < low[u] ? z[w + u] : low[u];  // NaN is passed over
+            high[u] = z[w + u] > high[u] ? z[w + u] : high[u];
+          }
+        for (int u = 1; u < kWays; ++u) {
+          low[0] = std::min(low[0], low[u]);
+          high[0] = std::max(high[0], high[u]);
+        }
+        plane_span<MODE, PADDING>(low[0], high[0], g.D, align_corners, lowest, highest);
+      }
+      if (lowest <= highest) {
+        first[i] = row.n * g.D + lowest;
+        last[i] = row.n * g.D + highest;
+      } else {
+        first[i] = g.N * g.D;
+        last[i] = -1;
+      }
+    }
+  }
+}
+
+// The steps of a plan that do not look at coordinates (grid_backward_plan.cpp).
+// Slabs of whole batches, one run of batches per thread (N >= threads).
+void split_by_batches(Plan& p, const Geometry& g, int threads);
+// Slabs balanced by the rows touching each plane (row_first, row_last set), or one slab
+// when rows reach across slabs on average.
+void split_by_rows(Plan& p, const Geometry& g, int threads);
+// The row bounds of the tasks that compute the grid gradient beside the slabs, if any.
+void split_grid_rows(Plan& p, const Geometry& g, int threads, bool want_input);
+
+// The plan of a call whose rows' coordinates come from `source`, with or without the grid
+// gradient (want_grid: its sink's).
+template <class T, int MODE, int PADDING, class Rows>
+Plan make_plan(const GridSampleArgs& a, const Geometry& g, const Rows& source, bool want_grid) {
+  Plan p;
+  const bool want_input = !a.grad_input.empty();
+  if (want_input) {
+    if (a.threads == 1) {
+      p.slabs = {0, g.N * g.D};  // one slab holds every plane: the ranges are not read
+    } else if (g.N >= a.threads) {
+      split_by_batches(p, g, a.threads);
+    } else {
+      p.row_first.resize(g.rows);
+      p.row_last.resize(g.rows);
+      row_planes<T, MODE, PADDING>(source, g, a.align_corners, a.threads, p.row_first.data(),
+                                   p.row_last.data());
+      split_by_rows(p, g, a.threads);
+    }
+  }
+  if (want_grid) split_grid_rows(p, g, a.threads, want_input);
+  return p;
+}
+
+}  // namespace grid
+}  // namespace VS_ISA
+}  // namespace vs
