@@ -298,7 +298,7 @@ def test_workspace_counts_theta_sums():
     without = _calls.warp_backward(*ops, 0, 0, False, 0, (False, False, True))
     rows = 2 * 3 * 4
     assert cpu_warp.workspace_nbytes(with_theta, 1) - cpu_warp.workspace_nbytes(without, 1) == \
-        6 * 8 * rows
+        24 * 8 * rows  # six float64 sums in four slots per output row
 
 
 @pytest.mark.parametrize("kwargs,error,match", [

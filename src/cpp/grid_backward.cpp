@@ -46,7 +46,7 @@ struct Backward {
   const GridSampleArgs& a;
   Geometry g;
   const Source& source;
-  const Sink& sink;
+  const Sink sink;  // small: a few references and pointers
   const S* gout;
   const S* inp;
   T* gin;
@@ -367,9 +367,10 @@ void warp_backward(const WarpArgs& w) {
     using T = typename grid::compute_of<S, G>::type;
     const grid::Geometry geometry(a);
     const grid::WarpRows<G, T> source(w, geometry);
-    std::vector<double> row_sums(w.grad_theta.empty() ? 0 : size_t(6 * geometry.rows), 0.0);
-    const grid::WarpGradientStore<G, T> sink{source, w.grad_displacement, w.grad_theta,
-                                             row_sums.data()};
+    using Sink = grid::WarpGradientStore<G, T>;
+    const int64_t sums = w.grad_theta.empty() ? 0 : Sink::kRowSums * geometry.rows;
+    std::vector<double> row_sums(size_t(sums), 0.0);
+    const Sink sink{source, w.grad_displacement, w.grad_theta, row_sums.data()};
     grid::run_backward<S, G, decltype(mode)::value>(a, source, sink);
     sink.finish(geometry);
   });

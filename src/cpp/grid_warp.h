@@ -81,16 +81,19 @@ struct WarpRows {
 // A warp's grid-gradient sink. The displacement's gradient is the coordinates' times the
 // scales. Theta's is grad_theta[n, k, j] = the sum over batch n's points of g_k * b_j,
 // (b_j) = (bx, by, bz, 1); along a row by and bz are constant, so a row needs only
-// sum g_k and sum g_k * bx: store() adds a block's points to the row's six float64 sums
-// point by point, and finish() sums each batch's rows in order in float64 and rounds once.
-// Each row's points arrive from one task in increasing order (grid_common.h), so the bits
-// depend on neither the thread count nor the instruction set (nor the vector width).
+// sum g_k and sum g_k * bx. Each row keeps them in float64 in kSlots slots, slot s summing
+// the points w = s mod kSlots in increasing w (the order in which one task hands a row's
+// points over, grid_common.h): the same additions whatever the vector width, and slots
+// that vectorise. finish() sums each row's slots, then each batch's rows, in order in
+// float64 and rounds once. The bits depend on neither the thread count nor the ISA.
 template <class G, class T>
 struct WarpGradientStore {
+  static constexpr int kSlots = 4;
+  static constexpr int kRowSums = 6 * kSlots;  // per row: [sum g_k; sum g_k * bx][slot]
   const WarpRows<G, T>& points;
   const Strided& grad_displacement;  // absent: not wanted
   const Strided& grad_theta;         // absent: not wanted
-  double* row_sums;                  // 6 per output row: sum g_k (k = x, y, z), sum g_k * bx
+  double* row_sums;                  // kRowSums per output row, zeroed
 
   bool wanted() const { return !grad_displacement.empty() || !grad_theta.empty(); }
 
@@ -106,20 +109,25 @@ struct WarpGradientStore {
       }
       GridGradientStore<G>{grad_displacement}.template store<L>(row, w, valid, g[0], g[1], g[2]);
     }
-    if (!grad_theta.empty()) {
-      double* out = row_sums + 6 * row.index;
-      double sum[6];
-      std::copy(out, out + 6, sum);
-      for (int64_t l = 0; l < valid; ++l) {
-        const double bx = double(points.bx[size_t(w + l)]);
-        const double g[3] = {double(gx[l]), double(gy[l]), double(gz[l])};
-        for (int k = 0; k < 3; ++k) {
-          sum[k] += g[k];
-          sum[3 + k] += g[k] * bx;  // exact for float32
-        }
+    if (grad_theta.empty()) return;
+    double sum[6][kSlots];
+    double* out = row_sums + kRowSums * row.index;
+    std::copy(out, out + kRowSums, &sum[0][0]);
+    const T* g[3] = {gx, gy, gz};
+    auto add = [&](int64_t l, int slot) {
+      const double bx = double(points.bx[size_t(w + l)]);
+      for (int k = 0; k < 3; ++k) {
+        sum[k][slot] += double(g[k][l]);
+        sum[3 + k][slot] += double(g[k][l]) * bx;  // exact for float32
       }
-      std::copy(sum, sum + 6, out);
+    };
+    if (L % kSlots == 0 && valid == L) {  // w is a multiple of L: slot = lane mod kSlots
+      for (int64_t l = 0; l < L; l += kSlots)
+        for (int slot = 0; slot < kSlots; ++slot) add(l + slot, slot);
+    } else {
+      for (int64_t l = 0; l < valid; ++l) add(l, int((w + l) % kSlots));
     }
+    std::copy(&sum[0][0], &sum[0][0] + kRowSums, out);
   }
 
   // grad_theta from the rows' sums, after every row (one thread).
@@ -130,7 +138,10 @@ struct WarpGradientStore {
       double sum[3][4] = {};
       for (int64_t d = 0; d < g.Do; ++d)
         for (int64_t h = 0; h < g.Ho; ++h) {
-          const double* r = row_sums + 6 * ((n * g.Do + d) * g.Ho + h);
+          const double* slots = row_sums + kRowSums * ((n * g.Do + d) * g.Ho + h);
+          double r[6] = {};
+          for (int q = 0; q < 6; ++q)
+            for (int slot = 0; slot < kSlots; ++slot) r[q] += slots[q * kSlots + slot];
           const double by = double(points.by[size_t(h)]), bz = double(points.bz[size_t(d)]);
           for (int k = 0; k < 3; ++k) {
             sum[k][0] += r[3 + k];

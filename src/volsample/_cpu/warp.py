@@ -18,6 +18,9 @@ from . import _kernels, operand
 from . import grid_sample as _grid
 
 
+_THETA_SUMS_PER_ROW = 6 * 4  # WarpGradientStore::kRowSums
+
+
 def _theta(call, theta):
     """theta, or the identity in the coordinates' dtype (exact: 1 * b + 0 = b)."""
     if theta is not None:
@@ -62,12 +65,12 @@ def backward(call, grad_output, input, theta, displacement, grad_input, grad_the
 
 def workspace_nbytes(call, threads=None) -> int:
     """Bytes the backward allocates beyond its results: grid sampling's (the accumulator
-    of a 16-bit grad_input, the plan of several threads) and, for grad_theta, six float64
-    sums per output row."""
+    of a 16-bit grad_input, the plan of several threads) and, for grad_theta, the float64
+    sums of each output row (grid_warp.h: six sums in four slots)."""
     C = call.input_shape[1]
     if call.points == 0 or C == 0:
         return 0
     total = _grid.workspace_nbytes(call.sample, threads)
     if call.output_mask[1]:
-        total += 6 * 8 * call.points // call.output_spatial[2]
+        total += _THETA_SUMS_PER_ROW * 8 * call.points // call.output_spatial[2]
     return total
