@@ -8,9 +8,9 @@
 // keeps the bits: grid_backward_plan.h.
 //
 // The mode (1 or 8 corners) is a template parameter, chosen once per call; the padding is
-// a per-block branch of the footprint. So are where the points' coordinates come from and
-// where their grid gradient goes (grid_common.h): the grid operands', or a warp's
-// (grid_warp.h). 16-bit volumes are read from their own memory into
+// a per-block branch of the footprint. Where the points' coordinates come from and where
+// their grid gradient goes are template parameters too (grid_common.h): the grid
+// operands', or a warp's (grid_warp.h). 16-bit volumes are read from their own memory into
 // float32 (float64 beside a float64 grid) and grad_input accumulates in that compute type.
 #include <algorithm>
 #include <cstdint>
@@ -351,7 +351,8 @@ std::vector<int64_t> grid_sample_backward_slabs(const GridSampleArgs& a) {
   grid::by_backward_types(a, [&](auto s, auto g, auto mode) {
     using G = decltype(g);
     using T = typename grid::compute_of<decltype(s), G>::type;
-    slabs = grid::plan_of<T, decltype(mode)::value>(a, grid::Geometry(a), grid::GridRows<G>{a.grid},
+    const grid::GridRows<G> source{a.grid};
+    slabs = grid::plan_of<T, decltype(mode)::value>(a, grid::Geometry(a), source,
                                                      !a.grad_grid.empty())
                 .slabs;
   });

@@ -5,8 +5,9 @@
 // once per call; the padding is a per-block branch of the footprint. 16-bit volumes are
 // read from their own memory into float32 (float64 beside a float64 grid), and results are
 // rounded once when stored. The SIMD builds index with int32 lanes and hand volumes too
-// large for them to the scalar build. Where the points sample comes from a coordinate source
-// (grid_common.h): the grid operand's, or a warp's (grid_warp.h).
+// large for them to the scalar build. Where the points sample comes from a coordinate
+// source, a template parameter too (grid_common.h): the grid operand's, or a warp's
+// (grid_warp.h).
 //
 // Determinism: each task writes whole output rows of its own; nothing is summed across
 // tasks, so the bits do not depend on the thread count.
