@@ -75,7 +75,7 @@ GRID_CASES = {1: (1, "smooth"), 3: (1, "random"), 8: (1, "smooth"), 17: (2, "ran
 VOLUME = (8, 5, 6)      # D, H, W: few voxels, so each receives many terms (their order counts)
 POINTS = (6, 4, 19)     # Do, Ho, Wo: 19 is no multiple of any vector width
 
-# Points with a coordinate that is not finite: SPEC's rule, not PyTorch's.
+# Points with a coordinate that is not finite: volsample's rule (docs/semantics.md), not PyTorch's.
 NON_FINITE = [(np.nan, 0.1, 0.2), (0.3, np.inf, -0.5), (0.1, 0.2, -np.inf),
               (np.inf, -np.inf, np.nan), (-np.inf, 0.0, 0.0)]
 

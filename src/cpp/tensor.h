@@ -10,7 +10,7 @@ namespace vs {
 enum class DType : int8_t { float16, bfloat16, float32, float64, uint8, int16, int32 };
 
 // Kernel integers of the modes, equal to the aclnn interpolationMode / paddingMode codes
-// and to volsample._modes' (Python) codes; the module exposes them as MODES and PADDINGS.
+// and to volsample._tables' (Python) codes; the module exposes them as MODES and PADDINGS.
 enum Mode : int { BILINEAR = 0, NEAREST = 1 };
 enum Padding : int { ZEROS = 0, BORDER = 1, REFLECTION = 2 };
 
