@@ -493,7 +493,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: volsample's current count)")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the ratios")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (shown by default when stderr is a terminal)")
 
 
 def select(workloads, quick=False, pattern=None):
@@ -509,7 +509,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"no workload matches {args.filter!r}", file=sys.stderr)
         return 2
     threads = args.threads or volsample.get_num_threads()
-    results = run(workloads, threads, progress=not args.no_progress)
+    results = run(workloads, threads, progress=not args.no_progress and sys.stderr.isatty())
     print(f"volsample {volsample.__version__}, {threads} threads; ratios are peer time / "
           f"volsample time (above 1: volsample is faster); medians of repeats, warm-up excluded")
     print("peers: " + ", ".join(f"{peer} {version or '(not installed)'}"
