@@ -6,20 +6,19 @@ Build it from an environment where volsample and its ``docs`` extra are installe
     python -m sphinx -W -b html docs build/docs
 
 The API reference is written at build time (``_write_api_pages``) from the package itself:
-every public module (no leading underscore; the command-line modules aside) gets a page
-listing its public names (``__all__`` where the module has one), so a new public function
-or module appears without an edit here. The Markdown pages (``docs/*.md``) and the README's
+every public module gets a page listing its public names, by the rule of
+``volsample._public`` (which the tests read too), so a new public function or module
+appears without an edit here. The Markdown pages (``docs/*.md``) and the README's
 sections are read by MyST; the gallery (``docs/examples/plot_*.py``) runs at build time.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
-import pkgutil
 from pathlib import Path
 
 import volsample
+from volsample import _public
 
 project = "volsample"
 author = "the volsample authors"
@@ -59,50 +58,21 @@ numpydoc_xref_param_type = False
 
 intersphinx_mapping: dict[str, tuple[str, str | None]] = {}  # the build reads nothing remote
 
-# Command-line modules: documented by their --help (and docs/cli.md where present).
-_NOT_API = {"volsample.cli", "volsample.register", "volsample.bench", "volsample.__main__"}
-
-
 def _public_modules() -> list[str]:
-    """``volsample`` and its public submodules, less those whose every public name the
+    """The public modules (``volsample._public``), less those whose every public name the
     package itself offers (``volsample.grid_sample`` holds ``volsample.grid_sample_3d``)."""
-    names = ["volsample"]
     top = set(volsample.__all__)
-    for info in pkgutil.walk_packages(volsample.__path__, "volsample."):
-        parts = info.name.split(".")
-        if any(p.startswith("_") for p in parts) or info.name in _NOT_API:
-            continue
-        documented, constants = _public_names(importlib.import_module(info.name))
-        if set(documented) | set(constants) <= top:
-            continue
-        names.append(info.name)
-    return names
-
-
-def _public_names(module) -> tuple[list[str], list[str]]:
-    """(functions and classes, constants) that ``module`` offers its users."""
-    if hasattr(module, "__all__"):
-        names = list(module.__all__)
-    else:
-        names = [n for n in vars(module) if not n.startswith("_")]
-    documented, constants = [], []
-    for name in names:
-        obj = getattr(module, name)
-        if inspect.ismodule(obj):
-            continue
-        if inspect.isfunction(obj) or inspect.isclass(obj) or callable(obj):
-            home = getattr(obj, "__module__", "") or ""
-            # A module without __all__ offers what it defines, not what it imports.
-            if hasattr(module, "__all__") or home.startswith(module.__name__):
-                documented.append(name)
-        elif name.isupper():
-            constants.append(name)
-    return documented, constants
+    kept = []
+    for name in _public.module_names():
+        documented, constants = _public.names(importlib.import_module(name))
+        if name == "volsample" or not set(documented) | set(constants) <= top:
+            kept.append(name)
+    return kept
 
 
 def _module_page(name: str) -> str:
     module = importlib.import_module(name)
-    documented, constants = _public_names(module)
+    documented, constants = _public.names(module)
     if name != "volsample":  # what the package itself offers is documented there, once
         documented = [
             n for n in documented if getattr(volsample, n, None) is not getattr(module, n)

@@ -28,7 +28,7 @@ import json
 import platform
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -113,7 +113,7 @@ def _have(module):
 
 def peer_versions() -> dict:
     """{peer: version string, or None when it is not installed}."""
-    versions = {}
+    versions: dict[str, str | None] = {}
     for peer, module in _PEER_MODULES.items():
         if not _have(module):
             versions[peer] = None

@@ -220,7 +220,7 @@ def _read(path, what) -> _Volume:
         raise CommandError(f"{what}: no such file: {path!r}")
     nib = _nibabel() if nifti else None
     try:
-        if nifti:
+        if nib is not None:
             image = nib.load(path)
             data = np.asarray(image.dataobj)
         else:

@@ -331,7 +331,7 @@ def _gather_input_grad_kernel(
         cell = _cell_id(n, z + ez, y + ey, x + ex, D, H, W, MODE)
         first = tl.load(starts + cell, mask=vmask, other=0).to(INDEX)
         end = tl.load(starts + cell + 1, mask=vmask, other=0).to(INDEX)
-        for j in range(0, tl.max(end - first)):
+        for j in range(tl.max(end - first)):
             at = first + j
             m = at < end
             p = tl.load(order + at, mask=m, other=0).to(INDEX)
