@@ -164,3 +164,6 @@ html_theme_options = {
     "secondary_sidebar_items": ["page-toc"],
 }
 html_show_sourcelink = False
+# The guide's pages have no subpages: no left column (its "Section Navigation" would be
+# empty), so their wide tables get the room. The API and the gallery keep theirs.
+html_sidebars = {"*": []}
