@@ -8,7 +8,9 @@
 // keeps the bits: grid_backward_plan.h.
 //
 // The mode (1 or 8 corners) is a template parameter, chosen once per call; the padding is
-// a per-block branch of the footprint. 16-bit volumes are read from their own memory into
+// a per-block branch of the footprint. Where the points' coordinates come from and where
+// their grid gradient goes are template parameters too (grid_common.h): the grid
+// operands', or a warp's (grid_warp.h). 16-bit volumes are read from their own memory into
 // float32 (float64 beside a float64 grid) and grad_input accumulates in that compute type.
 #include <algorithm>
 #include <cstdint>
@@ -22,14 +24,16 @@
 #include "grid_common.h"
 #include "grid_corners.h"
 #include "grid_formula.h"
+#include "grid_warp.h"
 
 namespace vs {
 namespace VS_ISA {
 namespace grid {
 namespace {
 
-// The backward's operands and loops over points, L at a time.
-template <class S, class G, int MODE>
+// The backward's operands and loops over points, L at a time; the points' coordinates come
+// from `source`, their grid gradient goes to `sink`.
+template <class S, class G, int MODE, class Source, class Sink>
 struct Backward {
   using T = typename compute_of<S, G>::type;
   using V = typename native<T>::type;
@@ -41,16 +45,16 @@ struct Backward {
 
   const GridSampleArgs& a;
   Geometry g;
-  GridRows<G> rows;
-  GridGradientStore<G> grid_store;
+  const Source& source;
+  const Sink sink;  // small: a few references and pointers
   const S* gout;
   const S* inp;
   T* gin;
   int64_t gi_offsets[8];
 
-  explicit Backward(const GridSampleArgs& args)
-      : a(args), g(args), rows{args.grid}, grid_store{args.grad_grid},
-        gout(args.grad_output.ptr<S>()), inp(args.input.ptr<S>()), gin(args.grad_input.ptr<T>()) {
+  Backward(const GridSampleArgs& args, const Source& points, const Sink& gradient_sink)
+      : a(args), g(args), source(points), sink(gradient_sink), gout(args.grad_output.ptr<S>()),
+        inp(args.input.ptr<S>()), gin(args.grad_input.ptr<T>()) {
     if (gin) corner_offsets(a.grad_input, gi_offsets);
   }
 
@@ -192,7 +196,7 @@ struct Backward {
       }
     }
 
-    // The points' grid gradients handed to the grid-gradient store (nearest: exactly 0).
+    // The points' grid gradients handed to the sink (nearest: exactly 0).
     void finish() const {
       if (!GATHER || !touches) return;
       const M any = f.any();
@@ -200,7 +204,7 @@ struct Backward {
       for (int axis = 0; axis < 3; ++axis)
         store_(gradient[axis],
                kGradient ? grid_gradient(f.slope[axis], sum[axis], any) : V(T(0)));
-      k->grid_store.template store<L>(row, w, valid, gradient[0], gradient[1], gradient[2]);
+      k->sink.template store<L>(row, w, valid, gradient[0], gradient[1], gradient[2]);
     }
   };
 
@@ -254,7 +258,7 @@ struct Backward {
       const RowShare share = p.share(i, s, g.rows);
       if (!share.touches) continue;
       const Row row(i, g);
-      rows.fill(row, g, work.coords);
+      source.fill(row, g, work.coords);
       if (need_grid && share.owner) sweep(work.both, work.coords, row, share.planes);
       else sweep(work.scatter, work.coords, row, share.planes);
     }
@@ -264,7 +268,7 @@ struct Backward {
   void gradient_rows(int64_t begin, int64_t end, RowWork& work) const {
     for (int64_t i = begin; i < end; ++i) {
       const Row row(i, g);
-      rows.fill(row, g, work.coords);
+      source.fill(row, g, work.coords);
       sweep(work.gradient, work.coords, row, {});
     }
   }
@@ -276,7 +280,7 @@ struct Backward {
     const int64_t slabs = p.n_slabs();
     const int64_t chunks = p.grad_rows.empty() ? 0 : int64_t(p.grad_rows.size()) - 1;
     const int64_t tasks = std::max(slabs, chunks);
-    const bool slabs_do_grid = !a.grad_grid.empty() && chunks == 0;
+    const bool slabs_do_grid = sink.wanted() && chunks == 0;
 #pragma omp parallel num_threads(std::max<int>(1, std::min<int64_t>(a.threads, tasks)))
     {
       RowWork work(g.Wo, g.C);
@@ -290,14 +294,22 @@ struct Backward {
 };
 
 // The plan of a call, for its padding.
-template <class S, class G, int MODE>
-Plan plan_of(const GridSampleArgs& a, const Geometry& g) {
+template <class T, int MODE, class Source>
+Plan plan_of(const GridSampleArgs& a, const Geometry& g, const Source& source, bool want_grid) {
+  static constexpr Plan (*plans[3])(const GridSampleArgs&, const Geometry&, const Source&,
+                                    bool) = {make_plan<T, MODE, ZEROS, Source>,
+                                             make_plan<T, MODE, BORDER, Source>,
+                                             make_plan<T, MODE, REFLECTION, Source>};
+  return plans[a.padding](a, g, source, want_grid);
+}
+
+// The backward of a call whose points come from `source`, their grid gradient going to
+// `sink`.
+template <class S, class G, int MODE, class Source, class Sink>
+void run_backward(const GridSampleArgs& a, const Source& source, const Sink& sink) {
   using T = typename compute_of<S, G>::type;
-  using Rows = GridRows<G>;
-  static constexpr Plan (*plans[3])(const GridSampleArgs&, const Geometry&, const Rows&) = {
-      make_plan<T, MODE, ZEROS, Rows>, make_plan<T, MODE, BORDER, Rows>,
-      make_plan<T, MODE, REFLECTION, Rows>};
-  return plans[a.padding](a, g, Rows{a.grid});
+  const Backward<S, G, MODE, Source, Sink> kernel(a, source, sink);
+  kernel.run(plan_of<T, MODE>(a, kernel.g, source, sink.wanted()));
 }
 
 // Calls f(S{}, G{}, mode tag) for a backward call's types and mode.
@@ -317,27 +329,52 @@ void by_backward_types(const GridSampleArgs& a, F&& f) {
       false);
 }
 
+// Whether the SIMD build's index lanes reach every element the backward reads or writes.
+bool backward_fits_index_lanes(const GridSampleArgs& a) {
+  return fits_index_lanes(a.input) && (a.grad_input.empty() || fits_index_lanes(a.grad_input));
+}
+
 }  // namespace
 }  // namespace grid
 
 void grid_sample_backward(const GridSampleArgs& a) {
-  if (!grid::fits_index_lanes(a.input) ||
-      (!a.grad_input.empty() && !grid::fits_index_lanes(a.grad_input)))
-    return scalar::grid_sample_backward(a);
+  if (!grid::backward_fits_index_lanes(a)) return scalar::grid_sample_backward(a);
   grid::by_backward_types(a, [&](auto s, auto g, auto mode) {
-    using Kernel = grid::Backward<decltype(s), decltype(g), decltype(mode)::value>;
-    const Kernel kernel(a);
-    kernel.run(grid::plan_of<decltype(s), decltype(g), decltype(mode)::value>(a, kernel.g));
+    using G = decltype(g);
+    grid::run_backward<decltype(s), G, decltype(mode)::value>(
+        a, grid::GridRows<G>{a.grid}, grid::GridGradientStore<G>{a.grad_grid});
   });
 }
 
 std::vector<int64_t> grid_sample_backward_slabs(const GridSampleArgs& a) {
   std::vector<int64_t> slabs;
   grid::by_backward_types(a, [&](auto s, auto g, auto mode) {
-    slabs = grid::plan_of<decltype(s), decltype(g), decltype(mode)::value>(a, grid::Geometry(a))
+    using G = decltype(g);
+    using T = typename grid::compute_of<decltype(s), G>::type;
+    const grid::GridRows<G> source{a.grid};
+    slabs = grid::plan_of<T, decltype(mode)::value>(a, grid::Geometry(a), source,
+                                                     !a.grad_grid.empty())
                 .slabs;
   });
   return slabs;
+}
+
+void warp_backward(const WarpArgs& w) {
+  const GridSampleArgs& a = w.sample;
+  if (!grid::backward_fits_index_lanes(a)) return scalar::warp_backward(w);
+  grid::by_backward_types(a, [&](auto s, auto g, auto mode) {
+    using S = decltype(s);
+    using G = decltype(g);
+    using T = typename grid::compute_of<S, G>::type;
+    const grid::Geometry geometry(a);
+    const grid::WarpRows<G, T> source(w, geometry);
+    using Sink = grid::WarpGradientStore<G, T>;
+    const int64_t sums = w.grad_theta.empty() ? 0 : Sink::kRowSums * geometry.rows;
+    std::vector<double> row_sums(size_t(sums), 0.0);
+    const Sink sink{source, w.grad_displacement, w.grad_theta, row_sums.data()};
+    grid::run_backward<S, G, decltype(mode)::value>(a, source, sink);
+    sink.finish(geometry);
+  });
 }
 
 }  // namespace VS_ISA

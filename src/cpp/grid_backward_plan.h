@@ -147,11 +147,12 @@ void split_by_rows(Plan& p, const Geometry& g, int threads);
 // The row bounds of the tasks that compute the grid gradient beside the slabs, if any.
 void split_grid_rows(Plan& p, const Geometry& g, int threads, bool want_input);
 
-// The plan of a call whose rows' coordinates come from `source`.
+// The plan of a call whose rows' coordinates come from `source`, with or without the grid
+// gradient (want_grid: its sink's).
 template <class T, int MODE, int PADDING, class Rows>
-Plan make_plan(const GridSampleArgs& a, const Geometry& g, const Rows& source) {
+Plan make_plan(const GridSampleArgs& a, const Geometry& g, const Rows& source, bool want_grid) {
   Plan p;
-  const bool want_input = !a.grad_input.empty(), want_grid = !a.grad_grid.empty();
+  const bool want_input = !a.grad_input.empty();
   if (want_input) {
     if (a.threads == 1) {
       p.slabs = {0, g.N * g.D};  // one slab holds every plane: the ranges are not read

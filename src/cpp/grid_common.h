@@ -157,9 +157,9 @@ struct RowCoords {
 };
 
 // Where a row's sample coordinates come from: the grid operand (N, Do, Ho, Wo, 3) of
-// storage type G. Every kernel, and the backward's plan, gets its coordinates from fill();
-// a source that computes them instead (a warp's affine map plus displacement) offers the
-// same member.
+// storage type G. Every kernel, and the backward's plan, takes its source as a template
+// parameter and gets its coordinates from fill(); a source that computes them instead (a
+// warp's affine map plus displacement, grid_warp.h) offers the same member.
 template <class G>
 struct GridRows {
   const Strided& grid;
@@ -186,10 +186,15 @@ struct GridRows {
 
 // Where a point's grid gradient goes: the grad_grid operand, shaped like the grid, of
 // storage type G (rounded once). A warp reduces it into its theta and displacement
-// gradients instead, behind the same member.
+// gradients instead, behind the same members (grid_warp.h). The backward takes its sink as
+// a template parameter and hands it each block of a row whose points touch the volume
+// (the others' gradient is 0, which the caller leaves there); one task hands over a row's
+// blocks, in increasing w, so a sink may sum along the row in that order.
 template <class G>
 struct GridGradientStore {
   const Strided& grad_grid;
+
+  bool wanted() const { return !grad_grid.empty(); }
 
   // Points [w, w + valid) of `row` (a block of L): their gradients d/dx, d/dy, d/dz, in
   // the compute type T.

@@ -5,7 +5,9 @@
 // once per call; the padding is a per-block branch of the footprint. 16-bit volumes are
 // read from their own memory into float32 (float64 beside a float64 grid), and results are
 // rounded once when stored. The SIMD builds index with int32 lanes and hand volumes too
-// large for them to the scalar build.
+// large for them to the scalar build. Where the points sample comes from a coordinate
+// source, a template parameter too (grid_common.h): the grid operand's, or a warp's
+// (grid_warp.h).
 //
 // Determinism: each task writes whole output rows of its own; nothing is summed across
 // tasks, so the bits do not depend on the thread count.
@@ -20,6 +22,7 @@
 #include "grid_common.h"
 #include "grid_corners.h"
 #include "grid_formula.h"
+#include "grid_warp.h"
 
 namespace vs {
 namespace VS_ISA {
@@ -51,8 +54,8 @@ struct Trilinear {
   }
 };
 
-// The forward's operands and loops.
-template <class S, class G, int MODE>
+// The forward's operands and loops; the points' coordinates come from `source`.
+template <class S, class G, int MODE, class Source>
 struct Forward {
   using T = typename compute_of<S, G>::type;
   using V = typename native<T>::type;
@@ -60,14 +63,14 @@ struct Forward {
 
   const GridSampleArgs& a;
   Geometry g;
-  GridRows<G> rows;
+  const Source& source;
   const int64_t* is;  // the input's strides
   const int64_t* os;  // the output's
   int64_t blocks;     // of L points per row
   bool streamed;
 
-  explicit Forward(const GridSampleArgs& args)
-      : a(args), g(args), rows{args.grid}, is(args.input.stride), os(args.output.stride),
+  Forward(const GridSampleArgs& args, const Source& points)
+      : a(args), g(args), source(points), is(args.input.stride), os(args.output.stride),
         blocks((g.Wo + L - 1) / L) {
     // A large trilinear result of the compute type, contiguous along x, goes past the
     // caches in whole aligned vectors: no line is read before it is written, and the
@@ -140,7 +143,7 @@ struct Forward {
       for (int64_t chunk = 0; chunk < chunks; ++chunk) {  // a chunk writes only its own rows
         for (int64_t i = chunk * g.rows / chunks; i < (chunk + 1) * g.rows / chunks; ++i) {
           const Row row(i, g);
-          rows.fill(row, g, r);
+          source.fill(row, g, r);
           if constexpr (MODE == NEAREST) nearest_row(r, row);
           else trilinear_row(r, row, samplers);
         }
@@ -150,21 +153,43 @@ struct Forward {
   }
 };
 
+// Calls f(S{}, G{}, mode tag) for a forward call's types and mode (integer label maps:
+// nearest only).
+template <class F>
+void by_forward_types(const GridSampleArgs& a, F&& f) {
+  by_dtypes(
+      a,
+      [&](auto s, auto g) {
+        if (a.mode == NEAREST) return f(s, g, std::integral_constant<int, NEAREST>{});
+        if constexpr (!is_label<decltype(s)>::value)
+          return f(s, g, std::integral_constant<int, BILINEAR>{});
+        unsupported("mode for integer volumes (nearest only)");
+      },
+      true);
+}
+
 }  // namespace
 }  // namespace grid
 
 void grid_sample_forward(const GridSampleArgs& a) {
   if (!grid::fits_index_lanes(a.input)) return scalar::grid_sample_forward(a);
-  grid::by_dtypes(
-      a,
-      [&](auto s, auto g) {
-        using S = decltype(s);
-        using G = decltype(g);
-        if (a.mode == NEAREST) return grid::Forward<S, G, NEAREST>(a).run();
-        if constexpr (!grid::is_label<S>::value) return grid::Forward<S, G, BILINEAR>(a).run();
-        grid::unsupported("mode for integer volumes (nearest only)");
-      },
-      true);
+  grid::by_forward_types(a, [&](auto s, auto g, auto mode) {
+    using Source = grid::GridRows<decltype(g)>;
+    const Source source{a.grid};
+    grid::Forward<decltype(s), decltype(g), decltype(mode)::value, Source>(a, source).run();
+  });
+}
+
+void warp_forward(const WarpArgs& w) {
+  const GridSampleArgs& a = w.sample;
+  if (!grid::fits_index_lanes(a.input)) return scalar::warp_forward(w);
+  grid::by_forward_types(a, [&](auto s, auto g, auto mode) {
+    using S = decltype(s);
+    using G = decltype(g);
+    using Source = grid::WarpRows<G, typename grid::compute_of<S, G>::type>;
+    const Source source(w, grid::Geometry(a));
+    grid::Forward<S, G, decltype(mode)::value, Source>(a, source).run();
+  });
 }
 
 }  // namespace VS_ISA

@@ -24,17 +24,33 @@ struct GridSampleArgs {
   int threads = 1;
 };
 
+// A warp: grid sampling where the grid affine_grid(theta) + displacement * scale would
+// sample, that grid never stored. `sample` holds the volumes, modes and threads; its grid
+// is virtual: the shape (N, Do, Ho, Wo, 3) and the coordinates' dtype (theta's), no memory.
+struct WarpArgs {
+  GridSampleArgs sample;
+  Strided theta;              // (N, 3, 4): the output's (x, y, z, 1) -> the input's (x, y, z)
+  Strided displacement;       // (N, Do, Ho, Wo, 3), or absent (0)
+  Strided grad_theta;         // backward: (N, 3, 4), or absent
+  Strided grad_displacement;  // backward: like displacement, or absent
+  double scale[3] = {1, 1, 1};  // normalised units per displacement unit (x, y, z)
+};
+
 // The portable build's kernels, which the SIMD builds hand volumes too large for their
 // 32-bit index lanes.
 namespace scalar {
 void grid_sample_forward(const GridSampleArgs& args);
 void grid_sample_backward(const GridSampleArgs& args);
+void warp_forward(const WarpArgs& args);
+void warp_backward(const WarpArgs& args);
 }  // namespace scalar
 
 #ifdef VS_ISA
 namespace VS_ISA {
 void grid_sample_forward(const GridSampleArgs& args);
 void grid_sample_backward(const GridSampleArgs& args);
+void warp_forward(const WarpArgs& args);
+void warp_backward(const WarpArgs& args);
 // The slab bounds of input planes the backward would split grad_input into (tests).
 std::vector<int64_t> grid_sample_backward_slabs(const GridSampleArgs& args);
 }  // namespace VS_ISA

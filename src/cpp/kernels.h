@@ -15,6 +15,8 @@ struct KernelTable {
   void (*upsample_forward)(const UpsampleArgs&);
   void (*upsample_backward)(const UpsampleArgs&);
   std::vector<int64_t> (*grid_sample_backward_slabs)(const GridSampleArgs&);
+  void (*warp_forward)(const WarpArgs&);
+  void (*warp_backward)(const WarpArgs&);
 };
 
 namespace scalar { const KernelTable& kernel_table(); }

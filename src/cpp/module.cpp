@@ -122,6 +122,7 @@ Strided strided(const nb::handle& obj) {
 
 void bind_grid_sample(nb::module_& m);
 void bind_upsample(nb::module_& m);
+void bind_warp(nb::module_& m);
 
 }  // namespace vs
 
@@ -150,4 +151,5 @@ NB_MODULE(_kernels, m) {
   m.attr("PADDINGS") = paddings;
   vs::bind_grid_sample(m);
   vs::bind_upsample(m);
+  vs::bind_warp(m);
 }

@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _checks, _dtypes, _layout
+from . import _checks, _coords, _dtypes, _layout
 from ._errors import InvalidArgumentError
-from ._tables import MODES, NEAREST
+from ._tables import MODES, NEAREST, VOXELS
 
 
 class Operand(NamedTuple):
@@ -141,6 +141,165 @@ def grid_sample_backward(grad_output: Operand, input: Operand, grid: Operand, mo
                         _layout.physical_shape(call.output_shape, order), what)
     return GridSample(call.input_shape, call.grid_shape, call.dtype, call.grid_dtype, mode,
                       padding, call.align_corners, call.layout, mask)
+
+
+# ---------------------------------------------------------------------------------------
+# Warps: grid sampling at affine_grid(theta, size) + displacement, the grid never stored
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Warp:
+    """A checked warp call, forward or backward: ``input`` sampled where grid sampling
+    would sample it with the grid ``affine_grid(theta, size) + displacement``."""
+    input_shape: tuple[int, ...]     # (N, C, Di, Hi, Wi)
+    output_spatial: tuple[int, ...]  # (Do, Ho, Wo)
+    dtype: np.dtype                  # of input, output, grad_output and grad_input
+    coord_dtype: np.dtype            # of theta, displacement and their gradients
+    theta: bool                      # given (else the identity)
+    displacement: bool               # given (else 0)
+    units: int                       # of the displacement (_tables.UNITS)
+    mode: int
+    padding: int
+    align_corners: bool
+    layout: str = "NCDHW"            # memory order of the volumes
+    # The backward's (grad_input, grad_theta, grad_displacement); never one of an absent
+    # operand.
+    output_mask: tuple[bool, bool, bool] = (True, True, True)
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        return self.input_shape[:2] + self.output_spatial
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """The shape of the grid the warp stands for (and of the displacement)."""
+        return self.input_shape[:1] + self.output_spatial + (3,)
+
+    @property
+    def theta_shape(self) -> tuple[int, ...]:
+        return (self.input_shape[0], 3, 4)
+
+    @property
+    def compute_dtype(self) -> np.dtype:
+        return _dtypes.compute_dtype(self.dtype, self.coord_dtype)
+
+    @property
+    def points(self) -> int:
+        return math.prod(self.grid_shape[:4])
+
+    @property
+    def grid_gradient(self) -> bool:
+        """Whether the mode has a grid gradient (nearest's is exactly 0)."""
+        return MODES.of(self.mode).grid_gradient
+
+    @property
+    def displacement_scale(self) -> tuple[float, float, float]:
+        """Normalised units per displacement unit, per channel (x, y, z)."""
+        if self.units != VOXELS:
+            return (1.0, 1.0, 1.0)
+        D, H, W = self.input_shape[2:]
+        return tuple(_coords.voxel_step(size, self.align_corners) for size in (W, H, D))
+
+    @property
+    def sample(self) -> GridSample:
+        """The grid-sampling call this warp equals (its grid in ``coord_dtype``)."""
+        return GridSample(self.input_shape, self.grid_shape, self.dtype, self.coord_dtype,
+                          self.mode, self.padding, self.align_corners, self.layout,
+                          self.output_mask[:1] + (any(self.output_mask[1:]),))
+
+
+def warp_output_size(size, input_shape, displacement_spatial=None) -> tuple[int, ...]:
+    """The output's (D, H, W) from ``size``: None (the displacement's, else the input's),
+    (D, H, W), or (N, C, D, H, W) as ``affine_grid`` takes it (N and C the input's)."""
+    if size is None:
+        return displacement_spatial or tuple(input_shape[2:])
+    try:
+        length = len(size)
+    except TypeError:
+        length = None
+    if length not in (3, 5):
+        raise InvalidArgumentError(
+            f"size: expected None, (D, H, W) or (N, C, D, H, W), got {size!r}",
+            argument="size", kind="length", value=size)
+    size = _checks.int_sequence("size", size, length, 1)
+    if length == 5 and size[:2] != tuple(input_shape[:2]):
+        raise InvalidArgumentError(f"size: expected N, C = {tuple(input_shape[:2])} (those of "
+                                   f"input), got {size}", argument="size", kind="mismatch",
+                                   value=size)
+    spatial = size[2:] if length == 5 else size
+    if displacement_spatial is not None and spatial != displacement_spatial:
+        raise InvalidArgumentError(
+            f"size: expected the displacement's spatial size {displacement_spatial}, got {size}",
+            argument="size", kind="mismatch", value=size)
+    return spatial
+
+
+def warp(input: Operand, theta: Operand | None, displacement: Operand | None, size, mode: int,
+         padding: int, align_corners, units: int, layout="NCDHW", *, shape_order=None,
+         dialect=NUMPY, labels: bool = False) -> Warp:
+    """The forward's description. ``theta`` (N, 3, 4) and ``displacement`` (N, Do, Ho, Wo,
+    3) may be None; ``mode``, ``padding`` and ``units`` are kernel integers; ``labels``:
+    integer label maps are taken with nearest."""
+    layout, order = _order(layout, shape_order)
+    align_corners = _checks.boolean("align_corners", align_corners)
+    input_shape = _volume(input, order, dialect, labels and mode == NEAREST)
+    _checks.nonempty_spatial(input.name, input_shape[2:])
+    coord_dtype = None
+    for op in (theta, displacement):
+        if op is None:
+            continue
+        # (the input's dtype is supported, so coordinates that go with it are too)
+        _checks.grid_dtype(op.name, op.dtype, input.name, input.dtype, dialect.spell)
+        if coord_dtype is not None:
+            _checks.same_dtype(op.name, op.dtype, theta.name, coord_dtype, dialect.spell)
+        coord_dtype = op.dtype
+    if coord_dtype is None:  # no coordinates given: computed in the volume's precision
+        coord_dtype = (_dtypes.FLOAT32 if input.dtype in _dtypes.LABELS
+                       else _dtypes.compute_dtype(input.dtype))
+    N = input_shape[0]
+    if theta is not None:
+        _checks.rank(theta.name, theta.shape, 3, dialect.noun)
+        if tuple(theta.shape) != (N, 3, 4):
+            raise InvalidArgumentError(f"{theta.name}: expected shape (N, 3, 4) = {(N, 3, 4)} "
+                                       f"(N = {input.name}'s N), got {tuple(theta.shape)}",
+                                       argument=theta.name, kind="shape",
+                                       value=tuple(theta.shape))
+    displacement_spatial = None
+    if displacement is not None:
+        _checks.rank(displacement.name, displacement.shape, 5, dialect.noun)
+        if displacement.shape[0] != N or displacement.shape[-1] != 3:
+            raise InvalidArgumentError(
+                f"{displacement.name}: expected shape (N, D, H, W, 3) with N = {N} "
+                f"({input.name}'s N), got {tuple(displacement.shape)}",
+                argument=displacement.name, kind="shape", value=tuple(displacement.shape))
+        displacement_spatial = tuple(displacement.shape[1:4])
+    spatial = warp_output_size(size, input_shape, displacement_spatial)
+    return Warp(input_shape, spatial, input.dtype, coord_dtype, theta is not None,
+                displacement is not None, units, mode, padding, align_corners, layout)
+
+
+def warp_backward(grad_output: Operand, input: Operand, theta: Operand | None,
+                  displacement: Operand | None, mode: int, padding: int, align_corners,
+                  units: int, output_mask=(True, True, True), layout="NCDHW", *,
+                  shape_order=None, dialect=NUMPY) -> Warp:
+    """The backward's description: the forward's with the output size of ``grad_output``
+    (of the input's N, C and dtype). A gradient of an absent operand is not computed."""
+    layout, order = _order(layout, shape_order)
+    mask = _checks.output_mask(output_mask, 3)
+    _checks.volume_dtype(grad_output.name, grad_output.dtype, dialect.spell)
+    _checks.rank(grad_output.name, grad_output.shape, 5, dialect.noun)
+    gout = _layout.logical_shape(grad_output.shape, order)
+    call = warp(input, theta, displacement, None if displacement else gout[2:], mode, padding,
+                align_corners, units, layout, shape_order=shape_order, dialect=dialect)
+    _checks.same_dtype(grad_output.name, grad_output.dtype, input.name, input.dtype,
+                       dialect.spell)
+    what = "shape (the forward's output shape" + (f", {order})" if dialect.names_layout else ")")
+    _checks.shape_equal(grad_output.name, grad_output.shape,
+                        _layout.physical_shape(call.output_shape, order), what)
+    mask = (mask[0], mask[1] and call.theta, mask[2] and call.displacement)
+    return Warp(call.input_shape, call.output_spatial, call.dtype, call.coord_dtype, call.theta,
+                call.displacement, units, mode, padding, call.align_corners, call.layout, mask)
 
 
 # ---------------------------------------------------------------------------------------

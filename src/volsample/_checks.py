@@ -25,15 +25,18 @@ def boolean(name: str, value) -> bool:
     return bool(value)
 
 
-def output_mask(value) -> tuple[bool, bool]:
+def output_mask(value, count: int = 2) -> tuple[bool, ...]:
+    """``count`` bools, one per gradient a backward may compute."""
     try:
         items = tuple(value)
     except TypeError:
         items = None
-    if items is None or len(items) != 2 or not all(isinstance(v, (bool, np.bool_)) for v in items):
-        raise InvalidArgumentError(f"output_mask: expected a pair of bools, got {value!r}",
+    if (items is None or len(items) != count
+            or not all(isinstance(v, (bool, np.bool_)) for v in items)):
+        what = "a pair of bools" if count == 2 else f"{count} bools"
+        raise InvalidArgumentError(f"output_mask: expected {what}, got {value!r}",
                                    argument="output_mask", kind="type", value=value)
-    return bool(items[0]), bool(items[1])
+    return tuple(bool(v) for v in items)
 
 
 def ndarray(name: str, value) -> np.ndarray:

@@ -53,3 +53,29 @@ def source_index(xp, coord, size: int, padding: int, align_corners: bool):
         x, g = clip(xp, x, size)
         slope = slope * g
     return x, slope
+
+
+# ---------------------------------------------------------------------------------------
+# Warps: the grid affine_grid(theta, size) + displacement, point by point
+# ---------------------------------------------------------------------------------------
+
+
+def base(index, size: int, align_corners: bool):
+    """Normalised coordinate of output index ``index`` along an axis of ``size`` points, as
+    PyTorch's ``affine_grid`` lays them out (the identity grid): voxel centres, from -1 to
+    +1 (align_corners) or from -1 + 1/size to 1 - 1/size; a single point sits at 0.
+    ``index`` is an array of float64 indices (any namespace)."""
+    if size == 1:
+        return index * 0
+    if align_corners:
+        return 2 * index / (size - 1) - 1
+    return (2 * index + 1) / size - 1
+
+
+def voxel_step(size: int, align_corners: bool) -> float:
+    """Normalised units per voxel along an axis of ``size`` voxels: 1 / d(unnormalize)/dc.
+    A single voxel under align_corners maps every coordinate to itself, so a displacement
+    along that axis moves nothing: 0."""
+    if align_corners:
+        return 2 / (size - 1) if size > 1 else 0.0
+    return 2 / size

@@ -99,6 +99,80 @@ def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_m
     return grad_input, grad_grid
 
 # ---------------------------------------------------------------------------------------
+# Warps (docs/semantics.md, section 2): grid sampling on the composed grid, stored
+# ---------------------------------------------------------------------------------------
+
+
+def base_grid(size, align_corners):
+    """The homogeneous identity grid of an output of spatial ``size`` (D, H, W): float64
+    (D, H, W, 4), channels (x, y, z, 1), as PyTorch's affine_grid lays it out."""
+    axes = [_coords.base(np.arange(n, dtype=np.float64), n, align_corners) for n in size]
+    z, y, x = np.meshgrid(*axes, indexing="ij")
+    return np.stack([x, y, z, np.ones_like(x)], -1)
+
+
+def affine_grid(theta, size, align_corners=False):
+    """PyTorch's ``F.affine_grid`` on 5-D: theta (N, 3, 4) maps each output point's
+    homogeneous normalised coordinates to where it samples. float64 (N, D, H, W, 3)."""
+    return np.einsum("dhwj,nkj->ndhwk", base_grid(size, align_corners),
+                     np.asarray(theta, np.float64))
+
+
+def displacement_scale(input_spatial, align_corners, units="normalized"):
+    """Normalised units per displacement unit, channels (x, y, z)."""
+    if units == "normalized":
+        return np.ones(3)
+    D, H, W = input_spatial
+    return np.array([_coords.voxel_step(n, align_corners) for n in (W, H, D)])
+
+
+def warp_grid(theta, displacement, size, input_spatial, align_corners=False,
+              units="normalized"):
+    """The grid a warp samples on: ``affine_grid(theta, size) + displacement`` (theta None:
+    the identity; displacement None: 0), the displacement converted from ``units``."""
+    if theta is None:
+        N = np.shape(displacement)[0]
+        theta = np.broadcast_to(np.eye(3, 4), (N, 3, 4))
+    grid = affine_grid(theta, size, align_corners)
+    if displacement is not None:
+        grid = grid + np.asarray(displacement, np.float64) * displacement_scale(
+            input_spatial, align_corners, units)
+    return grid
+
+
+def warp_3d(input, theta=None, displacement=None, size=None, mode="bilinear",
+            padding_mode="zeros", align_corners=False, units="normalized"):
+    """Reference warp: ``grid_sample_3d`` on ``warp_grid``; ``size`` (D, H, W) defaults to
+    the displacement's, else the input's. float64 (N, C, Do, Ho, Wo)."""
+    input = np.asarray(input, np.float64)
+    if size is None:
+        size = np.shape(displacement)[1:4] if displacement is not None else input.shape[2:]
+    if theta is None and displacement is None:
+        theta = np.broadcast_to(np.eye(3, 4), (input.shape[0], 3, 4))
+    grid = warp_grid(theta, displacement, size, input.shape[2:], align_corners, units)
+    return grid_sample_3d(input, grid, mode, padding_mode, align_corners)
+
+
+def warp_3d_backward(grad_output, input, theta=None, displacement=None, mode="bilinear",
+                     padding_mode="zeros", align_corners=False, units="normalized"):
+    """Reference warp backward, the chain rule through the stored grid: float64
+    (grad_input, grad_theta, grad_displacement), None for an absent operand."""
+    grad_output = np.asarray(grad_output, np.float64)
+    input = np.asarray(input, np.float64)
+    size = grad_output.shape[2:]
+    if theta is None and displacement is None:
+        theta = np.broadcast_to(np.eye(3, 4), (input.shape[0], 3, 4))
+    grid = warp_grid(theta, displacement, size, input.shape[2:], align_corners, units)
+    grad_input, grad_grid = grid_sample_3d_backward(grad_output, input, grid, mode,
+                                                    padding_mode, align_corners)
+    grad_theta = grad_displacement = None
+    if theta is not None:  # grid_k = sum_j theta[k, j] * base_j
+        grad_theta = np.einsum("ndhwk,dhwj->nkj", grad_grid, base_grid(size, align_corners))
+    if displacement is not None:
+        grad_displacement = grad_grid * displacement_scale(input.shape[2:], align_corners, units)
+    return grad_input, grad_theta, grad_displacement
+
+# ---------------------------------------------------------------------------------------
 # Upsampling (docs/semantics.md, section 3)
 # ---------------------------------------------------------------------------------------
 

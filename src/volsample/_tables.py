@@ -1,5 +1,5 @@
-"""The tables of named choices every front door and backend reads: sampling modes and
-padding modes.
+"""The tables of named choices every front door and backend reads: sampling modes, padding
+modes and the units of a warp's displacement.
 
 A choice has one kernel integer, the one the backends and the torch custom ops take
 (PyTorch's ``GridSamplerInterpolation`` / ``GridSamplerPadding`` values where PyTorch has
@@ -95,5 +95,14 @@ PADDINGS = Table("padding_mode", [
     Choice("reflection", 2, cann=2),
 ])
 
+# What a displacement of 1 moves a warp's sample point by: one normalised unit (the grid's
+# own unit, PyTorch's affine_grid + displacement), or one voxel of the sampled volume (as
+# VoxelMorph's and MONAI's fields are).
+UNITS = Table("displacement_units", [
+    Choice("normalized", 0),
+    Choice("voxels", 1),
+])
+
 BILINEAR, NEAREST = MODES["bilinear"].code, MODES["nearest"].code
 ZEROS, BORDER, REFLECTION = (PADDINGS[name].code for name in ("zeros", "border", "reflection"))
+NORMALIZED, VOXELS = UNITS["normalized"].code, UNITS["voxels"].code

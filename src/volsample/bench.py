@@ -14,6 +14,13 @@ align_corners=False, and ``resample``), SimpleITK (``ResampleImageFilter`` with 
 ``DisplacementFieldTransform``: the grid as a voxel displacement field, linear
 interpolation, 0 outside) and JAX ``map_coordinates``. Their versions go into the report.
 
+The warp workloads compare ``warp_3d`` (no grid) with volsample's own grid sampler fed
+the grid ``affine_grid(theta) + displacement`` ("volsample-grid") and with PyTorch: an
+affine warp (the grid formed beforehand, untimed), and one registration step through
+``volsample.torch`` (I(A x + u(x)), MSE, gradients for theta and u; the grid-based steps
+form the grid with ``F.affine_grid`` inside the step, as a user's code does).
+``step_peak_memory`` measures such a step's peak memory in a child process.
+
 The suite covers the field's standard shapes: OASIS/IXI brain registration (160x192x224,
 one image, a 3-channel displacement field, 36 one-hot labels), 3-D U-Net feature maps
 (N2 C16 80x96x112) and a volume of 1 GiB; ``suite(shrink=k)`` divides every spatial size
@@ -37,9 +44,10 @@ import volsample
 from . import _dtypes
 from ._progress import ProgressBar
 
-PEERS = ("pytorch", "scipy", "volresample", "simpleitk", "jax")
-_PEER_MODULES = {"pytorch": "torch", "scipy": "scipy", "volresample": "volresample",
-                 "simpleitk": "SimpleITK", "jax": "jax"}
+PEERS = ("volsample-grid", "pytorch", "scipy", "volresample", "simpleitk", "jax")
+# volsample-grid: volsample's own grid sampler on a formed grid (the warp workloads' baseline)
+_PEER_MODULES = {"volsample-grid": "volsample", "pytorch": "torch", "scipy": "scipy",
+                 "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "jax"}
 
 
 @dataclasses.dataclass
@@ -275,6 +283,131 @@ def _upsample_workload(name, N, C, in_spatial, scale, direction, dtype=np.float3
     return Workload(name, build, nbytes, quick)
 
 
+def affine_theta(N, seed=0, dtype=np.float32):
+    """Per batch item a small rotation, scaling and shift, as a registration meets them:
+    theta (N, 3, 4) in affine_grid's convention."""
+    rng = np.random.default_rng(seed)
+    theta = np.empty((N, 3, 4))
+    for n in range(N):
+        a, b, c = rng.uniform(-0.1, 0.1, 3)
+        rotation = (np.array([[np.cos(c), -np.sin(c), 0], [np.sin(c), np.cos(c), 0], [0, 0, 1]])
+                    @ np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]])
+                    @ np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]]))
+        theta[n, :, :3] = rotation * rng.uniform(0.95, 1.05, 3)
+        theta[n, :, 3] = rng.uniform(-0.05, 0.05, 3)
+    return theta.astype(dtype)
+
+
+def _warp_workload(name, N, C, spatial, quick=False):
+    """An affine warp: ``warp_3d(x, theta)`` against the grid samplers on
+    ``affine_grid(theta)`` formed beforehand (trilinear, zeros, align_corners=False)."""
+    volume_bytes = N * C * int(np.prod(spatial)) * 4
+
+    def build():
+        from . import _reference
+
+        x, theta = _volume((N, C) + spatial, np.float32), affine_theta(N)
+        grid = _reference.affine_grid(theta, spatial).astype(np.float32)
+        impls = {"volsample": lambda: volsample.warp_3d(x, theta),
+                 "volsample-grid": lambda: volsample.grid_sample_3d(x, grid)}
+        if _have("torch"):
+            import torch
+
+            tx, tgrid = torch.from_numpy(x), torch.from_numpy(grid)
+            impls["pytorch"] = lambda: torch.ops.aten.grid_sampler_3d(tx, tgrid, 0, 0, False)
+        return impls
+
+    return Workload(name, build, 2 * volume_bytes, quick)
+
+
+def registration_step(variant, x, theta, displacement, target):
+    """One registration step of ``variant``: I(A x + u(x)) with ``vt.warp`` ("volsample"),
+    or ``F.affine_grid(theta) + u`` then ``vt.grid_sample`` ("volsample-grid") or
+    ``F.grid_sample`` ("pytorch"); the MSE to ``target``; its gradients for theta and u."""
+    import torch
+    import torch.nn.functional as F
+
+    import volsample.torch as vt
+
+    def warped():  # a function, so that the step holds no result beyond what autograd keeps
+        if variant == "volsample":
+            return vt.warp(x, theta, displacement)
+        grid = F.affine_grid(theta, list(target.shape), align_corners=False) + displacement
+        sample = vt.grid_sample if variant == "volsample-grid" else F.grid_sample
+        return sample(x, grid, align_corners=False)
+
+    loss = ((warped() - target) ** 2).mean()
+    return torch.autograd.grad(loss, (theta, displacement))
+
+
+def step_operands(N, C, spatial, seed=0):
+    """(x, theta, u, target) of a registration step: u a smooth field of about a voxel."""
+    import torch
+
+    x = torch.from_numpy(_volume((N, C) + spatial, np.float32, seed))
+    theta = torch.from_numpy(affine_theta(N, seed)).requires_grad_()
+    u = torch.from_numpy(smooth_grid(N, *spatial, amplitude=1.0, seed=seed)
+                         - smooth_grid(N, *spatial, amplitude=0.0, seed=seed)).requires_grad_()
+    target = torch.from_numpy(_volume((N, C) + spatial, np.float32, seed + 1))
+    return x, theta, u, target
+
+
+def _warp_step_workload(name, N, C, spatial, quick=False):
+    points = N * int(np.prod(spatial))
+
+    def build():
+        operands = step_operands(N, C, spatial)
+        return {variant: (lambda v=variant: registration_step(v, *operands))
+                for variant in ("volsample", "volsample-grid", "pytorch")}
+
+    # x, u and the target read; u's gradient written
+    return Workload(name, build, points * (2 * C + 6) * 4, quick)
+
+
+# Run in a child interpreter: the peak resident set growth of one step (after a warm-up one).
+_STEP_CHILD = r"""
+import gc, json, sys
+import torch
+import volsample
+from volsample.bench import registration_step, step_operands
+
+variant, N, C, spatial, threads = json.loads(sys.argv[1])
+torch.set_num_threads(threads)
+volsample.set_num_threads(threads)
+operands = step_operands(N, C, tuple(spatial))
+
+def rss(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
+
+registration_step(variant, *operands)
+gc.collect()
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # the peak resident set, reset to the current one
+before = rss("VmRSS:")
+grads = registration_step(variant, *operands)
+print(json.dumps(rss("VmHWM:") - before))
+"""
+
+
+def step_peak_memory(variant, N, C, spatial, threads) -> int:
+    """Peak resident-set growth in bytes (Linux) of one ``registration_step`` of ``variant``
+    in a child process, its operands allocated before: what the step itself allocates,
+    its gradients for theta and u included."""
+    import os
+    import subprocess
+
+    # glibc then maps every large block afresh and returns it when freed, so that pages a
+    # warm-up step left resident do not hide the growth
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(64 << 10))
+    proc = subprocess.run([sys.executable, "-c", _STEP_CHILD,
+                           json.dumps([variant, N, C, list(spatial), threads])],
+                          capture_output=True, text=True, timeout=600, env=env)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-3000:])
+    return int(proc.stdout.splitlines()[-1])
+
+
 def suite(shrink: int = 1) -> list[Workload]:
     """Every workload, in report order. Names read: operator.direction kind shape dtype layout.
 
@@ -320,6 +453,11 @@ def suite(shrink: int = 1) -> list[Workload]:
                                 oasis, "backward"))
     w.append(_upsample_workload("up.fwd oasis field N1 C3 40x48x56 x4", 1, 3, s(40, 48, 56), 4,
                                 "forward"))
+    # Warps without a grid: an affine warp, and a registration step through volsample.torch.
+    w.append(_warp_workload("warp.fwd affine oasis N1 C1 160x192x224", 1, 1, oasis))
+    w.append(_warp_workload("warp.fwd affine tiny N1 C2 12^3", 1, 2, s(12, 12, 12), quick=True))
+    if _have("torch"):
+        w.append(_warp_step_workload("warp.step oasis N1 C1 160x192x224", 1, 1, oasis))
     for direction, short in (("forward", "fwd"), ("backward", "bwd")):
         w += [
             _grid_workload(f"grid.{short} feature N2 C16 80x96x112", 2, 16, feature, smooth,

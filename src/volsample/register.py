@@ -1,10 +1,12 @@
 """``volsample register`` and ``volsample demo``: arguments, file I/O and the report.
 
 The registration itself lives in ``volsample.registration``; this module reads the
-volumes (NIfTI through nibabel, or ``.npy``), runs it with a progress bar, writes the
-warped volume, the displacement field and the PNG report (matplotlib), and prints the
-similarity before and after. Bad input ends the command with one line on stderr and
-exit code 2. nibabel and matplotlib are imported only when needed.
+volumes (NIfTI through nibabel, with their headers' voxel-to-world affines, or ``.npy``,
+whose voxels are taken as millimetres), runs it with a progress bar, writes the warped
+volume, the displacement field and the affine in the fixed volume's format and grid, and
+the PNG report (matplotlib), and prints the similarity before (the headers' alignment)
+and after. Bad input ends the command with one line on stderr and exit code 2. nibabel
+and matplotlib are imported only when needed. Command-line reference: docs/cli.md.
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ _NIFTI_SUFFIXES = (".nii.gz", ".nii")
 _DEMO_OUT = "volsample-demo"
 # (shape, iterations per level, coarsest first) of the demo and of ``demo --quick``
 _DEMO_SETTINGS = {False: ((64, 64, 64), (80, 40, 20)), True: ((32, 32, 32), (40, 20))}
+# --interp: the warp_3d mode of the warped image (label maps are always warped nearest)
+_INTERPOLATIONS = {"linear": "bilinear", "nearest": "nearest"}
 
 
 class CommandError(Exception):
@@ -45,18 +49,27 @@ def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
 def add_register_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``volsample register``."""
     parser.add_argument("fixed", metavar="FIXED", help="fixed volume: .nii, .nii.gz or .npy")
-    parser.add_argument("moving", metavar="MOVING", help="moving volume, of FIXED's shape")
+    parser.add_argument("moving", metavar="MOVING",
+                        help="moving volume: .nii, .nii.gz or .npy, any grid (NIfTI headers "
+                             "place the two in the world; .npy voxels are millimetres)")
     parser.add_argument("--out", metavar="DIR", required=True,
-                        help="folder for the warped volume, the displacement and report.png")
+                        help="folder for the warped volume, the displacement, affine.txt and "
+                             "report.png, in FIXED's grid and format")
     parser.add_argument("--labels", nargs=2, metavar=("FIXED_LABELS", "MOVING_LABELS"),
-                        help="label maps of the two volumes: the moving one is warped "
+                        help="label maps on the two volumes' grids: the moving one is warped "
                              "(nearest) and Dice reported")
     _add_common_arguments(parser)
     parser.add_argument("--levels", type=int, default=3,
                         help="resolution levels, each halving the previous (default 3)")
     parser.add_argument("--iterations", type=int, nargs="+", metavar="N",
-                        help="Adam steps per level, one number or one per level, coarsest "
-                             "first (default 100, halved per finer level, at least 10)")
+                        help="deformable Adam steps per level, one number or one per level, "
+                             "coarsest first (default 100, halved per finer level, at least 10)")
+    parser.add_argument("--affine-iterations", type=int, nargs="+", metavar="N",
+                        help="affine Adam steps per level, as --iterations (default: the "
+                             "same; 0 keeps the headers' alignment)")
+    parser.add_argument("--interp", choices=tuple(_INTERPOLATIONS), default="linear",
+                        help="interpolation of the warped volume written (default linear; "
+                             "label maps are warped nearest)")
     parser.add_argument("--grid-spacing", type=float, default=4.0, metavar="VOXELS",
                         help="control-point spacing at full resolution (default 4)")
     parser.add_argument("--smoothness", type=float, metavar="WEIGHT",
@@ -64,7 +77,9 @@ def add_register_arguments(parser: argparse.ArgumentParser) -> None:
                              + ", ".join(f"{k} {v}" for k, v in registration.DEFAULT_WEIGHTS.items())
                              + ")")
     parser.add_argument("--lr", type=float, default=0.25, metavar="VOXELS",
-                        help="Adam step at full resolution, doubled per coarser level (default 0.25)")
+                        help="Adam step at full resolution in fixed voxels (the control points', "
+                             "and the affine's translation), doubled per coarser level "
+                             "(default 0.25)")
 
 
 def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,20 +105,28 @@ def run_register(args: argparse.Namespace) -> int:
         if args.labels:
             labels = tuple(_label_map(_read(path, name)) for path, name in
                            zip(args.labels, ("FIXED_LABELS", "MOVING_LABELS")))
-        _same_shape(fixed, moving, *(labels or ()))
-        iterations = args.iterations or [max(10, 100 // 2 ** k) for k in range(args.levels)]
-        if len(iterations) == 1:
-            iterations = iterations * args.levels
+            _same_grid(fixed, labels[0])
+            _same_grid(moving, labels[1])
+        iterations = _per_level(args.iterations, args.levels)
+        affine_iterations = _per_level(args.affine_iterations, args.levels) \
+            if args.affine_iterations else iterations
         settings = dict(levels=args.levels, iterations=iterations,
-                        grid_spacing=args.grid_spacing, weight=args.smoothness, lr=args.lr)
+                        affine_iterations=affine_iterations, grid_spacing=args.grid_spacing,
+                        weight=args.smoothness, lr=args.lr)
         run = _register(fixed, moving, labels, args.loss, settings, args.out,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, interp=_INTERPOLATIONS[args.interp])
     except (CommandError, VolsampleError) as error:
         return _fail("register", error)
     if labels is not None:
         print(_change("dice", run.dice, ".4f"))
     print(_change(f"similarity ({args.loss})", run.similarity, ".4g"))
     return 0
+
+
+def _per_level(iterations, levels):
+    """--iterations as one number per level (default 100, halved per finer level)."""
+    iterations = iterations or [max(10, 100 // 2 ** k) for k in range(levels)]
+    return iterations * levels if len(iterations) == 1 else iterations
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -119,13 +142,16 @@ def run_demo(args: argparse.Namespace) -> int:
         run = _register(_Volume("fixed.npy", pair.fixed), _Volume("moving.npy", pair.moving),
                         (_Volume("fixed_labels.npy", pair.fixed_labels),
                          _Volume("moving_labels.npy", pair.moving_labels)),
-                        args.loss, dict(levels=len(iterations), iterations=list(iterations)),
+                        args.loss, dict(levels=len(iterations), iterations=list(iterations),
+                                        affine_iterations=[n // 2 for n in iterations]),
                         args.out, progress=not args.no_progress)
     except (CommandError, VolsampleError) as error:
         return _fail("demo", error)
     inside = pair.fixed_labels > 0
+    index = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1)
+    found = run.result.voxel_map() - index  # one grid: voxels along the array axes
     errors = tuple(registration.deformation_error(d, pair.displacement, inside)
-                   for d in (np.zeros_like(pair.displacement), run.result.displacement))
+                   for d in (np.zeros_like(pair.displacement), found))
     print(_change("deformation error (voxels)", errors, ".3f"))
     print(_change("dice", run.dice, ".4f"))
     print(_change(f"similarity ({args.loss})", run.similarity, ".4g"))
@@ -149,31 +175,37 @@ class _Run:
     dice: tuple | None  # before, after, with labels
 
 
-def _register(fixed, moving, labels, loss, settings, out_dir, progress) -> _Run:
-    """Register, write the outputs in FIXED's format, the report, and measure."""
+def _register(fixed, moving, labels, loss, settings, out_dir, progress,
+              interp="bilinear") -> _Run:
+    """Register, write the outputs in FIXED's grid and format, the report, and measure."""
     fixed_n, moving_n = (registration.normalise_intensity(v.data, name)
                          for v, name in ((fixed, "FIXED"), (moving, "MOVING")))
-    bar = ProgressBar(sum(settings["iterations"]), enabled=progress and sys.stderr.isatty())
+    total = sum(settings["iterations"]) + sum(settings["affine_iterations"])
+    bar = ProgressBar(total, enabled=progress and sys.stderr.isatty())
     try:
         levels = settings["levels"]
         result = registration.register(
-            fixed_n, moving_n, loss, **settings,
-            callback=lambda level, it, value, sim: bar.step(
-                f"level {level + 1}/{levels} similarity {sim:.4g}"))
+            fixed_n, moving_n, loss, fixed_affine=fixed.affine, moving_affine=moving.affine,
+            **settings, callback=lambda stage, level, it, value, sim: bar.step(
+                f"{stage} level {level + 1}/{levels} similarity {sim:.4g}"))
     finally:
         bar.close()
-    similarity = (registration.similarity(loss, fixed_n, moving_n),
+    before = registration.resample(fixed_n.shape, fixed.affine, moving_n, moving.affine)
+    similarity = (registration.similarity(loss, fixed_n, before),
                   registration.similarity(loss, fixed_n, result.warped))
-    outputs = {"warped": result.warp(moving.data), "displacement": result.displacement}
+    outputs = {"warped": result.warp(moving.data, interp), "displacement": result.displacement}
     dice = None
     if labels is not None:
         fixed_labels, moving_labels = (v.data for v in labels)
         warped_labels = result.warp(moving_labels, "nearest")  # integer: exact copies
         outputs["warped_labels"] = warped_labels
-        dice = (registration.dice(fixed_labels, moving_labels),
+        unaligned = registration.resample(fixed_labels.shape, fixed.affine, moving_labels,
+                                          moving.affine, "nearest")
+        dice = (registration.dice(fixed_labels, unaligned),
                 registration.dice(fixed_labels, warped_labels))
     _write_all(out_dir, {name: fixed.like(name, data) for name, data in outputs.items()})
-    _write_report(os.path.join(out_dir, "report.png"), fixed_n, moving_n, result.warped,
+    _write_affine(os.path.join(out_dir, "affine.txt"), result.transform)
+    _write_report(os.path.join(out_dir, "report.png"), fixed_n, before, result.warped,
                   result.history, loss, similarity)
     return _Run(result, similarity, dice)
 
@@ -190,6 +222,11 @@ class _Volume:
     name: str
     data: np.ndarray
     image: object = None
+
+    @property
+    def affine(self) -> np.ndarray:
+        """Voxel (i, j, k) to world (mm): the NIfTI header's, or the identity (.npy)."""
+        return np.eye(4) if self.image is None else np.asarray(self.image.affine, np.float64)
 
     def like(self, stem, data):
         """A volume named ``stem`` in this one's format (NIfTI: this one's affine and header)."""
@@ -239,12 +276,15 @@ def _read(path, what) -> _Volume:
     return _Volume(os.path.basename(path), data, image)
 
 
-def _same_shape(*volumes):
-    fixed = volumes[0]
-    for v in volumes[1:]:
-        if v.data.shape != fixed.data.shape:
-            raise CommandError(f"{v.name}: expected the shape of {fixed.name}, "
-                               f"{fixed.data.shape}, got {v.data.shape}")
+def _same_grid(volume, labels):
+    """A label map on its volume's grid: its shape, and (NIfTI) its affine."""
+    if labels.data.shape != volume.data.shape:
+        raise CommandError(f"{labels.name}: expected the shape of {volume.name}, "
+                           f"{volume.data.shape}, got {labels.data.shape}")
+    if labels.image is not None and volume.image is not None and not np.allclose(
+            labels.affine, volume.affine, atol=1e-3):
+        raise CommandError(f"{labels.name}: expected the affine of {volume.name}, "
+                           f"{volume.affine.tolist()}, got {labels.affine.tolist()}")
 
 
 def _label_map(volume) -> _Volume:
@@ -282,6 +322,15 @@ def _write_all(out_dir, volumes):
                 nib.save(nib.Nifti1Image(volume.data, volume.image.affine, header), path)
     except OSError as error:
         raise CommandError(f"--out: cannot write {out_dir!r}: {error}") from None
+
+
+def _write_affine(path, transform):
+    try:
+        np.savetxt(path, transform, fmt="%.9g", header=(
+            "volsample register: the world affine (mm, NIfTI world axes) taking a FIXED point x "
+            "to MOVING's T(x + d(x)), d = displacement; 4x4, row-major"))
+    except OSError as error:
+        raise CommandError(f"--out: cannot write {path!r}: {error}") from None
 
 
 # ---------------------------------------------------------------------------------------
@@ -329,7 +378,8 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
             if col == 0:
                 ax.set_ylabel(f"slice {fixed.shape[axis] // 2} of axis {axis}")
     ax = fig.add_subplot(grid[3, :])
-    levels, objective, sim = (np.array(v) for v in zip(*history)) if history else ([], [], [])
+    stages, levels, objective, sim = ((np.array(v) for v in zip(*history)) if history
+                                      else ([], [], [], []))
     ax.plot(objective, color="C0", label="objective (similarity loss + smoothness)")
     ax.set_xlabel("iteration")
     ax.set_ylabel("objective", color="C0")
@@ -338,8 +388,10 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
     twin.set_ylabel(f"similarity ({loss})", color="C1")
     for start in np.flatnonzero(np.diff(levels)) + 1:
         ax.axvline(start, color="grey", linestyle=":")
+    for start in np.flatnonzero(stages[1:] != stages[:-1]) + 1:
+        ax.axvline(start, color="black", linestyle="--")
     ax.set_title(f"similarity ({loss}): {similarity[0]:.4g} -> {similarity[1]:.4g}; "
-                 "dotted lines: next resolution level")
+                 "dotted lines: next resolution level; dashed: affine -> deformable")
     try:
         fig.savefig(path, dpi=80)
     except OSError as error:

@@ -1,22 +1,32 @@
-"""Deformable 3-D registration built on volsample's NumPy operators (no PyTorch).
+"""3-D registration in physical space, built on volsample's NumPy operators (no PyTorch).
 
-A free-form deformation: a coarse grid of control-point displacements is upsampled
-trilinearly (``upsample_trilinear_3d``, align_corners=True) to a dense displacement,
-added to the identity grid, and the moving volume is sampled there (``grid_sample_3d``).
-The objective is an image similarity (MSE or local NCC) plus a smoothness penalty on
-the control grid; its gradient runs back through ``grid_sample_3d_backward`` (grad_grid)
-and ``upsample_trilinear_3d_backward``, and Adam takes the steps. Coarse-to-fine: each
-level halves the image resolution and doubles the control spacing of the next finer one.
+Two images, each a volume with its voxel-to-world affine (NIfTI's; identity for arrays
+without one), are compared in the fixed image's grid: the moving image is sampled there
+by ``warp_3d``, the grid never formed, at ``A x + u(x)``:
+
+1. **Affine stage.** The headers give the starting alignment. A world affine T (fixed
+   world point -> moving world point, 12 parameters about the fixed field of view's
+   centre) becomes warp_3d's theta (``Frame``); its gradient comes from
+   ``warp_3d_backward``'s grad_theta.
+2. **Deformable stage.** A free-form deformation: a coarse grid of control-point
+   displacements (fixed voxels) is upsampled trilinearly (``upsample_trilinear_3d``,
+   align_corners=True) to a dense displacement d, and the fixed point x maps to the
+   moving point T(x + d(x)): warp_3d's displacement is d in normalised units through
+   theta's linear part. Its gradient runs back through ``warp_3d_backward``'s
+   grad_displacement and ``upsample_trilinear_3d_backward``.
+
+The objective is an image similarity (MSE or local NCC), plus a smoothness penalty on the
+control grid in the deformable stage; Adam takes the steps. Coarse-to-fine: each level
+halves the images' resolution (corner voxel centres kept: align_corners=True, so theta
+and the normalised coordinates hold at every level) and doubles the control spacing.
 
 Conventions
 -----------
-Volumes are 3-D arrays indexed (D, H, W). Inside this module displacements are stored in
+Volumes are 3-D arrays indexed (D, H, W) = NIfTI's voxel axes (i, j, k); affines map
+(i, j, k, 1) to world millimetres. Inside this module displacements are stored in
 grid_sample's channel order (x, y, z), i.e. along (W, H, D), in voxels of the full
-resolution volume; a voxel displacement u along x is ``2 u / (W - 1)`` in the normalised
-coordinates grid_sample reads (align_corners=True). The warped volume is
-``warped(p) = moving(p + u(p))`` for every voxel p of the fixed volume.
-``RegistrationResult.displacement`` is returned in array-axis order (D, H, W) instead,
-the order a user indexes the volume in.
+resolution fixed volume. ``RegistrationResult.displacement`` is d in world millimetres
+instead (the fixed image's world axes), and ``RegistrationResult.transform`` is T.
 
 The demo's synthetic pair (``synthetic_pair``) is a procedural phantom of nested soft
 ellipsoids and blobs, with a label map, and a known smooth deformation of it.
@@ -34,8 +44,9 @@ import numpy.typing as npt
 
 from . import _dtypes
 from ._checks import InvalidArgumentError
-from .grid_sample import grid_sample_3d, grid_sample_3d_backward
+from .grid_sample import grid_sample_3d
 from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
+from .warp import warp_3d, warp_3d_backward
 
 _SAMPLING: dict[str, Any] = dict(padding_mode="border", align_corners=True)  # of every image warp
 _NCC_EPS = 1e-5  # keeps the local NCC finite (and 0) in flat windows
@@ -81,7 +92,9 @@ def warp(volume: np.ndarray, displacement: np.ndarray, mode: str = "bilinear",
     ``displacement`` is (1, D, H, W, 3) in voxels, channels (x, y, z); ``scale`` turns it
     into normalised units (default ``voxel_to_normalised(volume.shape)``). Points outside
     the volume read its border. ``mode="nearest"`` suits label maps, integer ones too
-    (uint8, int16, int32: their values are copied exactly, on a float32 grid).
+    (uint8, int16, int32: their values are copied exactly, on a float32 grid). The grid is
+    formed, ``identity_grid + displacement * scale``, as ``volsample.dask.warp`` forms it
+    chunk by chunk (bit for bit); ``register`` warps with ``warp_3d`` instead.
     """
     coords = volume.dtype if volume.dtype.kind == "f" else np.dtype(np.float32)
     if scale is None:
@@ -102,6 +115,67 @@ def refine(control: np.ndarray, size: Sequence[int]) -> np.ndarray:
     if tuple(size) == control.shape[1:4]:
         return control
     return upsample_trilinear_3d(control, size=tuple(size), align_corners=True, layout="NDHWC")
+
+
+# ---------------------------------------------------------------------------------------
+# Physical space: voxel-to-world affines and warp_3d's theta
+# ---------------------------------------------------------------------------------------
+
+
+def grid_to_voxel(shape) -> np.ndarray:
+    """The 4x4 map from warp coordinates (x, y, z, 1), normalised with align_corners=True,
+    to voxel indices (i, j, k, 1) of a (D, H, W) volume: x spans W (k), y H (j), z D (i)."""
+    D, H, W = shape
+    m = np.zeros((4, 4))
+    for row, column, size in ((0, 2, D), (1, 1, H), (2, 0, W)):
+        m[row, column] = m[row, 3] = (size - 1) / 2
+    m[3, 3] = 1
+    return m
+
+
+def _homogeneous(matrix) -> np.ndarray:
+    """A 3x4 matrix with the row (0, 0, 0, 1) below it."""
+    return np.vstack([matrix, [0.0, 0.0, 0.0, 1.0]])
+
+
+@dataclasses.dataclass(frozen=True)
+class Frame:
+    """How warp_3d's theta follows a world affine T of two images.
+
+    T maps a fixed world point x to the moving world point T x. It is held as the 3x4
+    ``params`` S of the same map about the fixed field of view's centre c,
+    ``T = C S C^-1`` (C: translation by c), so that its linear part and translation (mm)
+    are about independent. Then ``theta = (P S Q)[:3]`` with ``P = moving grid <- moving
+    voxels <- world, times C`` and ``Q = C^-1, times world <- fixed voxels <- fixed grid``,
+    and dLoss/dS = P^T G Q^T, G being grad_theta with a row of zeros below it.
+    """
+
+    left: np.ndarray    # P, 4x4
+    right: np.ndarray   # Q, 4x4
+    centre: np.ndarray  # C, 4x4
+
+    @classmethod
+    def of(cls, fixed_shape, fixed_affine, moving_shape, moving_affine) -> Frame:
+        centre = np.eye(4)
+        centre[:3, 3] = (fixed_affine @ np.append((np.array(fixed_shape) - 1) / 2, 1))[:3]
+        left = np.linalg.inv(grid_to_voxel(moving_shape)) @ np.linalg.inv(moving_affine) @ centre
+        right = np.linalg.inv(centre) @ fixed_affine @ grid_to_voxel(fixed_shape)
+        return cls(left, right, centre)
+
+    def theta(self, params, dtype=np.float32) -> np.ndarray:
+        """warp_3d's theta (1, 3, 4) of the parameters S, in ``dtype`` (the volumes')."""
+        return (self.left @ _homogeneous(params) @ self.right)[None, :3].astype(dtype)
+
+    def gradient(self, grad_theta) -> np.ndarray:
+        """dLoss/dS (3x4) of dLoss/dtheta (1, 3, 4)."""
+        return (self.left.T @ np.vstack([grad_theta[0], np.zeros(4)]) @ self.right.T)[:3]
+
+    def transform(self, params) -> np.ndarray:
+        """T (4x4), world to world."""
+        return self.centre @ _homogeneous(params) @ np.linalg.inv(self.centre)
+
+
+IDENTITY_PARAMS = np.eye(3, 4)  # T = I: the headers' alignment
 
 
 # ---------------------------------------------------------------------------------------
@@ -213,23 +287,79 @@ def _along(axis, index):
     return (slice(None),) * axis + (index,)
 
 
+def _sample(moving, theta, displacement, shape):
+    """The moving volume (its own grid) sampled at the fixed grid's points (``shape``):
+    warp_3d at theta plus a displacement (normalised units), borders extended."""
+    return warp_3d(moving[None, None], theta, displacement, shape, **_SAMPLING)[0, 0]
+
+
+def _similarity_gradient(function, sign, fixed, moving, theta, displacement, mask):
+    """Similarity of the warped volume, and warp_3d_backward's (grad_theta,
+    grad_displacement) of the loss ``sign * similarity`` as ``mask`` asks for them."""
+    warped = _sample(moving, theta, displacement, fixed.shape)
+    sim, grad_warped = function(fixed, warped)
+    _, grad_theta, grad_displacement = warp_3d_backward(
+        (sign * grad_warped)[None, None], moving[None, None], theta, displacement, **_SAMPLING,
+        output_mask=(False,) + mask)
+    return sim, grad_theta, grad_displacement
+
+
+def moving_displacement(displacement: np.ndarray, theta: np.ndarray, fixed_shape) -> np.ndarray:
+    """warp_3d's displacement (normalised units of the moving grid) of a dense displacement
+    in fixed voxels (1, D, H, W, 3): x maps to T(x + d(x)), so d enters through theta's
+    linear part, ``theta[:, :3] @ (d * 2 / (size - 1))``."""
+    scale = voxel_to_normalised(fixed_shape, displacement.dtype)
+    return (displacement * scale) @ theta[0, :, :3].T.astype(displacement.dtype)
+
+
+def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, frame: Frame,
+                     loss: str = "ncc", *, window: int = 5):
+    """The affine stage's objective at one resolution, and its gradient.
+
+    Parameters
+    ----------
+    params : ndarray, shape (3, 4)
+        The world affine about the fixed field of view's centre (``Frame``).
+    fixed, moving : ndarray
+        The volumes at this resolution, each on its own grid.
+    frame : Frame
+        The two images' geometry.
+    loss, window
+        As for ``objective``.
+
+    Returns
+    -------
+    (value, grad, similarity) : the loss ``sign * similarity``, d value / d params (3, 4),
+    and the similarity as reported.
+    """
+    function, sign = _similarity(loss, window)
+    sim, grad_theta, _ = _similarity_gradient(function, sign, fixed, moving,
+                                              frame.theta(params, moving.dtype), None,
+                                              (True, False))
+    return sign * sim, frame.gradient(grad_theta.astype(np.float64)), sim
+
+
 def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc",
-              weight: float = 0.0, *, full_shape: Sequence[int] | None = None,
+              weight: float = 0.0, *, theta: np.ndarray | None = None,
+              full_shape: Sequence[int] | None = None,
               window: int = 5) -> tuple[float, np.ndarray, float]:
-    """The registration objective at one resolution, and its gradient.
+    """The deformable stage's objective at one resolution, and its gradient.
 
     Parameters
     ----------
     control : ndarray, shape (1, cd, ch, cw, 3)
         Control-point displacements, channels (x, y, z), in voxels of ``full_shape``.
-    fixed, moving : ndarray, shape (D, H, W)
-        The volumes at this resolution, of ``control``'s dtype.
+    fixed, moving : ndarray
+        The volumes at this resolution, each on its own grid, of ``control``'s dtype.
     loss : {"mse", "ncc"}
         The similarity term (NCC enters negated, so that lower is better).
     weight : float
         Weight of the smoothness penalty.
+    theta : ndarray, shape (1, 3, 4), optional
+        The affine part (``Frame.theta``); default the identity (one grid for both).
     full_shape : (int, int, int), optional
-        The volume shape whose voxels measure displacements (default ``fixed.shape``).
+        The fixed volume's full-resolution shape, whose voxels measure displacements
+        (default ``fixed.shape``).
     window : int
         Box size of the local NCC.
 
@@ -245,14 +375,14 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
     function, sign = _similarity(loss, window)
     full_shape = tuple(full_shape or fixed.shape)
     dtype = control.dtype
-    scale = voxel_to_normalised(full_shape, dtype)
+    theta = (np.eye(3, 4, dtype=dtype)[None] if theta is None else theta).astype(dtype)
     displacement = dense_displacement(control, fixed.shape)
-    grid = identity_grid(fixed.shape, dtype) + displacement * scale
-    warped = grid_sample_3d(moving[None, None], grid, **_SAMPLING)[0, 0]
-    sim, grad_warped = function(fixed, warped)
-    _, grad_grid = grid_sample_3d_backward((sign * grad_warped)[None, None], moving[None, None],
-                                           grid, **_SAMPLING, output_mask=(False, True))
-    grad = upsample_trilinear_3d_backward(grad_grid * scale, control.shape[:1] + (3,)
+    sim, _, grad_moved = _similarity_gradient(
+        function, sign, fixed, moving, theta, moving_displacement(displacement, theta, full_shape),
+        (False, True))
+    # back through moving_displacement: the transpose of theta's linear part, then the scale
+    grad_dense = (grad_moved @ theta[0, :, :3]) * voxel_to_normalised(full_shape, dtype)
+    grad = upsample_trilinear_3d_backward(grad_dense, control.shape[:1] + (3,)
                                           + control.shape[1:4], align_corners=True,
                                           layout="NDHWC")
     spacing = [(n - 1) / (c - 1) for n, c in zip(full_shape, control.shape[1:4])]
@@ -266,10 +396,11 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
 
 
 class Adam:
-    """Adam (Kingma & Ba) updating one array in place."""
+    """Adam (Kingma & Ba) updating one array in place; ``lr`` is a number or an array of
+    steps per parameter (broadcast against it)."""
 
-    def __init__(self, params: np.ndarray, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
+    def __init__(self, params: np.ndarray, lr: float | np.ndarray,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
         self.m = np.zeros_like(params)
         self.v = np.zeros_like(params)
@@ -287,77 +418,130 @@ class Adam:
 
 @dataclasses.dataclass
 class RegistrationResult:
-    """What ``register`` found.
+    """What ``register`` found: the fixed world point x maps to the moving world point
+    ``T(x + d(x))``.
 
     Attributes
     ----------
+    transform : ndarray, shape (4, 4), float64
+        T, world millimetres to world millimetres (fixed to moving).
     displacement : ndarray, shape (D, H, W, 3), float32
-        In voxels; component a is along array axis a (D, H, W).
+        d on the fixed grid, in millimetres along the fixed image's world axes.
     warped : ndarray, shape (D, H, W), float32
-        The (normalised) moving volume warped onto the fixed one.
+        The (normalised) moving volume on the fixed grid.
     control : ndarray, shape (1, cd, ch, cw, 3)
-        The finest control grid, channels (x, y, z).
-    history : list of (level, objective, similarity)
-        One entry per iteration.
+        The finest control grid, in fixed voxels, channels (x, y, z).
+    history : list of (stage, level, objective, similarity)
+        One entry per iteration; stage "affine" or "deformable".
+    fixed_affine, moving_affine : ndarray, shape (4, 4)
+        The images' voxel-to-world affines.
+    moving_shape : (int, int, int)
+    theta : ndarray, shape (1, 3, 4), float32
+        warp_3d's theta of T (align_corners=True).
+    fixed_displacement : ndarray, shape (1, D, H, W, 3), float32
+        d in fixed voxels, channels (x, y, z).
     """
 
+    transform: np.ndarray
     displacement: np.ndarray
     warped: np.ndarray
     control: np.ndarray
     history: list
+    fixed_affine: np.ndarray
+    moving_affine: np.ndarray
+    moving_shape: tuple
+    theta: np.ndarray
+    fixed_displacement: np.ndarray
 
     def warp(self, volume: np.ndarray, mode: str = "bilinear") -> np.ndarray:
-        """Warp another volume on the moving one's grid (e.g. labels with "nearest": an
-        integer label map keeps its dtype and values; anything else is warped as float32)."""
+        """Another volume on the moving grid, warped onto the fixed grid (e.g. labels with
+        "nearest": an integer label map keeps its dtype and values; anything else is
+        warped as float32)."""
         volume = np.asarray(volume)
+        if volume.shape != tuple(self.moving_shape):
+            raise InvalidArgumentError(f"volume: expected the moving volume's shape "
+                                       f"{tuple(self.moving_shape)}, got {volume.shape}")
         if not (mode == "nearest" and volume.dtype in _dtypes.LABELS):
             volume = volume.astype(np.float32, copy=False)
-        return warp(volume, self.displacement[..., ::-1][None], mode)
+        shape = self.fixed_displacement.shape[1:4]
+        moved = moving_displacement(self.fixed_displacement, self.theta, shape)
+        return warp_3d(volume[None, None], self.theta, moved, shape, mode, **_SAMPLING)[0, 0]
+
+    def voxel_map(self) -> np.ndarray:
+        """Where each fixed voxel lands in the moving volume: (D, H, W, 3) moving voxel
+        indices (i, j, k), float64. With one grid for both, minus the voxel's own index,
+        it is the displacement in voxels along the array axes."""
+        shape = self.fixed_displacement.shape[1:4]
+        points = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1)
+        points = points + self.fixed_displacement[0, ..., ::-1]
+        to_moving = np.linalg.inv(self.moving_affine) @ self.transform @ self.fixed_affine
+        return points @ to_moving[:3, :3].T + to_moving[:3, 3]
 
 
 DEFAULT_WEIGHTS = {"mse": 0.001, "ncc": 0.1}  # smoothness weight per loss
 
 
-def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *, levels: int = 3,
-             iterations: int | Sequence[int] = 100, grid_spacing: float = 4.0, weight: float | None = None,
-             lr: float = 0.25, window: int = 5,
-             callback: Callable[[int, int, float, float], None] | None = None
+def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
+             fixed_affine: np.ndarray | None = None, moving_affine: np.ndarray | None = None,
+             levels: int = 3, iterations: int | Sequence[int] = 100,
+             affine_iterations: int | Sequence[int] | None = None,
+             grid_spacing: float = 4.0, weight: float | None = None, lr: float = 0.25,
+             affine_lr: float = 0.01, window: int = 5,
+             callback: Callable[[str, int, int, float, float], None] | None = None
              ) -> RegistrationResult:
-    """Register ``moving`` to ``fixed`` with a multi-resolution free-form deformation.
+    """Register ``moving`` to ``fixed``: an affine stage, then a free-form deformation,
+    each coarse to fine, in physical space.
 
     Parameters
     ----------
     fixed, moving : ndarray, shape (D, H, W)
-        Volumes of one shape, intensities on comparable scales (e.g. both in [0, 1]);
-        computed in float32.
+        Volumes, each of any shape (at least 2 voxels per axis), intensities on comparable
+        scales (e.g. both in [0, 1]); computed in float32.
     loss : {"mse", "ncc"}
         Similarity: mean squared difference, or local normalised cross-correlation.
+    fixed_affine, moving_affine : ndarray, shape (4, 4), optional
+        Voxel (i, j, k) to world (mm) affines, as in NIfTI headers; they give the starting
+        alignment. Default: the identity (voxels are millimetres, the grids coincide).
     levels : int
-        Resolution levels; level k (from 0, finest) blurs and halves the volume k times
+        Resolution levels; level k (from 0, finest) blurs and halves the volumes k times
         and spaces control points ``grid_spacing * 2**k`` voxels apart.
     iterations : int or sequence of int
-        Adam steps per level, one number for all or one per level (coarsest first).
+        Adam steps of the deformable stage per level, one number for all or one per level
+        (coarsest first).
+    affine_iterations : int or sequence of int, optional
+        The same for the affine stage (default ``iterations``; 0 skips it).
     grid_spacing : float
-        Control-point spacing at the finest level, in voxels.
+        Control-point spacing at the finest level, in fixed voxels.
     weight : float, optional
         Smoothness weight (default ``DEFAULT_WEIGHTS[loss]``).
     lr : float
-        Adam step size at the finest level, in voxels; doubled per coarser level.
+        Adam step at the finest level, in fixed voxels: the control points', and the
+        affine's translation (in mm of the fixed image's largest voxel); doubled per
+        coarser level.
+    affine_lr : float
+        Adam step of the affine's linear part at the finest level, doubled per coarser
+        level.
     window : int
         Box size of the local NCC.
-    callback : callable(level, iteration, objective, similarity), optional
-        Called after every step (levels counted from 0, coarsest first).
+    callback : callable(stage, level, iteration, objective, similarity), optional
+        Called after every step (stage "affine" or "deformable"; levels counted from 0,
+        coarsest first).
 
     Returns
     -------
     RegistrationResult
     """
-    fixed, moving = _validated_pair(fixed, moving)
+    fixed, moving = _volume("fixed", fixed), _volume("moving", moving)
+    fixed_affine = _affine("fixed_affine", fixed_affine)
+    moving_affine = _affine("moving_affine", moving_affine)
     _similarity(loss, window)
     if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
         raise InvalidArgumentError(f"levels: expected an int >= 1, got {levels!r}")
     steps = _per_level("iterations", iterations, levels)
-    for name, value in (("grid_spacing", grid_spacing), ("lr", lr)):
+    affine_steps = _per_level("affine_iterations",
+                              iterations if affine_iterations is None else affine_iterations,
+                              levels)
+    for name, value in (("grid_spacing", grid_spacing), ("lr", lr), ("affine_lr", affine_lr)):
         if not value > 0:
             raise InvalidArgumentError(f"{name}: expected a number > 0, got {value!r}")
     if weight is not None and not weight >= 0:
@@ -366,25 +550,55 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *, levels
         raise InvalidArgumentError(f"window: expected an odd int >= 1, got {window!r}")
     weight = DEFAULT_WEIGHTS[loss] if weight is None else weight
     shape = fixed.shape
+    frame = Frame.of(shape, fixed_affine, moving.shape, moving_affine)
+    pyramid = [(2 ** (levels - 1 - level),) + tuple(_downsample(v, 2 ** (levels - 1 - level))
+                                                    for v in (fixed, moving))
+               for level in range(levels)]
+    history = []
+
+    def record(stage, level, it, value, sim):
+        history.append((stage, level, value, sim))
+        if callback is not None:
+            callback(stage, level, it, value, sim)
+
+    params = IDENTITY_PARAMS.copy()
+    voxel_mm = np.linalg.norm(fixed_affine[:3, :3], axis=0).max()
+    for level, (factor, fixed_l, moving_l) in enumerate(pyramid):
+        step = np.full((3, 4), affine_lr * factor)
+        step[:, 3] = lr * factor * voxel_mm
+        adam = Adam(params, step)
+        for it in range(affine_steps[level]):
+            value, grad, sim = affine_objective(params, fixed_l, moving_l, frame, loss,
+                                                window=window)
+            adam.step(grad)
+            record("affine", level, it, value, sim)
+    theta = frame.theta(params)
     control = np.zeros((1,) + control_shape(shape, grid_spacing * 2 ** (levels - 1)) + (3,),
                        np.float32)
-    history = []
-    for level in range(levels):
-        factor = 2 ** (levels - 1 - level)
-        fixed_l, moving_l = (_downsample(v, factor) for v in (fixed, moving))
+    for level, (factor, fixed_l, moving_l) in enumerate(pyramid):
         control = refine(control, control_shape(shape, grid_spacing * factor))
         adam = Adam(control, lr * factor)
         for it in range(steps[level]):
-            value, grad, sim = objective(control, fixed_l, moving_l, loss, weight,
+            value, grad, sim = objective(control, fixed_l, moving_l, loss, weight, theta=theta,
                                          full_shape=shape, window=window)
             adam.step(grad)
-            history.append((level, value, sim))
-            if callback is not None:
-                callback(level, it, value, sim)
+            record("deformable", level, it, value, sim)
     displacement = dense_displacement(control, shape)
-    warped = warp(moving, displacement)
-    return RegistrationResult(np.ascontiguousarray(displacement[0, ..., ::-1]), warped, control,
-                              history)
+    warped = _sample(moving, theta, moving_displacement(displacement, theta, shape), shape)
+    millimetres = displacement[0, ..., ::-1] @ fixed_affine[:3, :3].T.astype(np.float32)
+    return RegistrationResult(frame.transform(params), np.ascontiguousarray(millimetres),
+                              warped, control, history, fixed_affine, moving_affine,
+                              moving.shape, theta, displacement)
+
+
+def resample(fixed_shape, fixed_affine, moving: np.ndarray, moving_affine,
+             mode: str = "bilinear") -> np.ndarray:
+    """``moving`` sampled on the fixed grid by the headers alone (T = I, d = 0): where the
+    registration starts."""
+    frame = Frame.of(tuple(fixed_shape), _affine("fixed_affine", fixed_affine), moving.shape,
+                     _affine("moving_affine", moving_affine))
+    return warp_3d(moving[None, None], frame.theta(IDENTITY_PARAMS), None, tuple(fixed_shape),
+                   mode, **_SAMPLING)[0, 0]
 
 
 def normalise_intensity(volume: np.ndarray, name: str = "volume") -> np.ndarray:
@@ -400,16 +614,25 @@ def normalise_intensity(volume: np.ndarray, name: str = "volume") -> np.ndarray:
     return (volume - np.float32(low)) / np.float32(high - low)
 
 
-def _validated_pair(fixed, moving):
-    fixed, moving = np.asarray(fixed), np.asarray(moving)
-    for name, v in (("fixed", fixed), ("moving", moving)):
-        if v.ndim != 3 or min(v.shape) < 2:
-            raise InvalidArgumentError(
-                f"{name}: expected a 3-D volume with at least 2 voxels per axis, got shape {v.shape}")
-    if fixed.shape != moving.shape:
-        raise InvalidArgumentError(
-            f"fixed and moving: expected one shape, got {fixed.shape} and {moving.shape}")
-    return fixed.astype(np.float32), moving.astype(np.float32)
+def _volume(name, volume):
+    volume = np.asarray(volume)
+    if volume.ndim != 3 or min(volume.shape) < 2:
+        raise InvalidArgumentError(f"{name}: expected a 3-D volume with at least 2 voxels per "
+                                   f"axis, got shape {volume.shape}")
+    return volume.astype(np.float32)
+
+
+def _affine(name, affine):
+    """A voxel-to-world affine: 4x4, finite, invertible, last row (0, 0, 0, 1)."""
+    if affine is None:
+        return np.eye(4)
+    affine = np.asarray(affine, np.float64)
+    if (affine.shape != (4, 4) or not np.isfinite(affine).all()
+            or not np.array_equal(affine[3], [0, 0, 0, 1])
+            or abs(np.linalg.det(affine[:3, :3])) < 1e-12):
+        raise InvalidArgumentError(f"{name}: expected an invertible 4x4 affine with last row "
+                                   f"(0, 0, 0, 1), got {affine.tolist()!r}")
+    return affine
 
 
 def _per_level(name, value, levels):

@@ -18,6 +18,7 @@ and two small @triton.jit addressing helpers.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -36,14 +37,17 @@ _TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16,
               torch.float32: tl.float32, torch.float64: tl.float64}
 
 
+def on_device_of(t: torch.Tensor):
+    """A context with the CUDA device of ``t`` current (none for a CPU tensor): Triton and
+    torch launch their kernels on the current device."""
+    return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
+
+
 def on_device_of_first_argument(launcher):
-    """Run ``launcher`` with the CUDA device of its first tensor argument current: Triton
-    and torch launch their kernels on the current device."""
+    """Run ``launcher`` with the CUDA device of its first tensor argument current."""
     @functools.wraps(launcher)
     def wrapper(first, *args, **kwargs):
-        if first.device.type != "cuda":
-            return launcher(first, *args, **kwargs)
-        with torch.cuda.device(first.device):
+        with on_device_of(first):
             return launcher(first, *args, **kwargs)
     return wrapper
 

@@ -24,6 +24,8 @@ over channels in a fixed order.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -173,21 +175,55 @@ def _corner_weight_grad(K: tl.constexpr, ix, iy, iz):
 
 
 @triton.jit
-def _grid_point(grid, n, q, mask, Ho, Wo, sgN, sgD, sgH, sgW, sgK, D, H, W,
-                COMPUTE: tl.constexpr, PADDING: tl.constexpr, ALIGN: tl.constexpr):
-    """Padded voxel coordinates (ix, iy, iz) of grid points (n, q), their derivatives with
-    respect to the grid, and whether each point is valid.
+def _point_coordinates(field, theta, table, n, q, mask, Do, Ho, Wo, sfN, sfD, sfH, sfW, sfK,
+                       COMPUTE: tl.constexpr, AFFINE: tl.constexpr, FIELD: tl.constexpr,
+                       SCALED: tl.constexpr):
+    """The normalised coordinates (cx, cy, cz) where points (n, q) sample, from the call's
+    coordinate source (``Coordinates``): the affine part theta[n] . (bx, by, bz, 1) of the
+    base grid (AFFINE), plus the field's value (FIELD), times the per-channel scales
+    (SCALED). A grid is a FIELD alone. ``table`` holds bx (Wo), by (Ho), bz (Do) and the
+    three scales, in COMPUTE; theta is COMPUTE, contiguous. Row by row:
+    c_k = t_k0 * bx + ((t_k1 * by + t_k2 * bz) + t_k3) [+ u_k * scale_k], as the C++ core."""
+    d, h, w = split_spatial(q, Ho, Wo)
+    if AFFINE:
+        bx = tl.load(table + w, mask=mask, other=0.0)
+        by = tl.load(table + Wo + h, mask=mask, other=0.0)
+        bz = tl.load(table + Wo + Ho + d, mask=mask, other=0.0)
+        t = theta + 12 * n
+        cx = tl.load(t) * bx + ((tl.load(t + 1) * by + tl.load(t + 2) * bz) + tl.load(t + 3))
+        cy = tl.load(t + 4) * bx + ((tl.load(t + 5) * by + tl.load(t + 6) * bz) + tl.load(t + 7))
+        cz = tl.load(t + 8) * bx + ((tl.load(t + 9) * by + tl.load(t + 10) * bz) + tl.load(t + 11))
+    if FIELD:
+        at = field + n * sfN + d * sfD + h * sfH + w * sfW
+        ux = tl.load(at, mask=mask, other=0.0).to(COMPUTE)
+        uy = tl.load(at + sfK, mask=mask, other=0.0).to(COMPUTE)
+        uz = tl.load(at + 2 * sfK, mask=mask, other=0.0).to(COMPUTE)
+        if SCALED:
+            scales = table + Wo + Ho + Do
+            ux = ux * tl.load(scales)
+            uy = uy * tl.load(scales + 1)
+            uz = uz * tl.load(scales + 2)
+        if AFFINE:
+            cx = cx + ux
+            cy = cy + uy
+            cz = cz + uz
+        else:
+            cx = ux
+            cy = uy
+            cz = uz
+    return cx, cy, cz
+
+
+@triton.jit
+def _grid_point(cx, cy, cz, mask, D, H, W, PADDING: tl.constexpr, ALIGN: tl.constexpr):
+    """Padded voxel coordinates (ix, iy, iz) of normalised coordinates (cx, cy, cz), their
+    derivatives with respect to them, and whether each point is valid.
 
     A point is invalid, contributes nothing and computes with coordinate 0 where a grid
     coordinate is not finite, or where its voxel coordinate is not finite in the compute
     precision (a huge float32 overflows: border clips that to an edge, but reflection
     cannot fold it and zeros reads nothing there anyway).
     """
-    d, h, w = split_spatial(q, Ho, Wo)
-    at = grid + n * sgN + d * sgD + h * sgH + w * sgW
-    cx = tl.load(at, mask=mask, other=0.0).to(COMPUTE)
-    cy = tl.load(at + sgK, mask=mask, other=0.0).to(COMPUTE)
-    cz = tl.load(at + 2 * sgK, mask=mask, other=0.0).to(COMPUTE)
     finite = mask & (tl.abs(cx) < _INF) & (tl.abs(cy) < _INF) & (tl.abs(cz) < _INF)
     ix, mx = source_index(tl.where(finite, cx, 0.0), W, PADDING, ALIGN)
     iy, my = source_index(tl.where(finite, cy, 0.0), H, PADDING, ALIGN)
@@ -200,6 +236,29 @@ def _grid_point(grid, n, q, mask, Ho, Wo, sgN, sgD, sgH, sgW, sgK, D, H, W,
 
 
 @triton.jit
+def _store_theta_terms(out, gx, gy, gz, table, q, mask, Ho, Wo):
+    """A block's share of grad_theta: at out[4 k + j], the sum over its points of the
+    coordinate gradient g_k times the base coordinate b_j, (b_0..b_3) = (bx, by, bz, 1)
+    (the affine part is c_k = sum_j theta[k, j] b_j)."""
+    d, h, w = split_spatial(q, Ho, Wo)
+    bx = tl.load(table + w, mask=mask, other=0.0)
+    by = tl.load(table + Wo + h, mask=mask, other=0.0)
+    bz = tl.load(table + Wo + Ho + d, mask=mask, other=0.0)
+    tl.store(out, tl.sum(gx * bx))
+    tl.store(out + 1, tl.sum(gx * by))
+    tl.store(out + 2, tl.sum(gx * bz))
+    tl.store(out + 3, tl.sum(gx))
+    tl.store(out + 4, tl.sum(gy * bx))
+    tl.store(out + 5, tl.sum(gy * by))
+    tl.store(out + 6, tl.sum(gy * bz))
+    tl.store(out + 7, tl.sum(gy))
+    tl.store(out + 8, tl.sum(gz * bx))
+    tl.store(out + 9, tl.sum(gz * by))
+    tl.store(out + 10, tl.sum(gz * bz))
+    tl.store(out + 11, tl.sum(gz))
+
+
+@triton.jit
 def _cell_id(n, z, y, x, D, H, W, MODE: tl.constexpr):
     """Flat id of a cell: for nearest the voxel (n, z, y, x); for bilinear the unit cube
     whose low corner is (z-1, y-1, x-1), ids over (D+1)(H+1)(W+1) cells per batch item."""
@@ -209,15 +268,17 @@ def _cell_id(n, z, y, x, D, H, W, MODE: tl.constexpr):
 
 
 @triton.jit
-def _forward_kernel(inp, grid, out, C, D, H, W, S, Ho, Wo,
-                    siN, siC, siD, siH, siW, sgN, sgD, sgH, sgW, sgK, soN, soC, soQ,
+def _forward_kernel(inp, field, theta, table, out, C, D, H, W, S, Do, Ho, Wo,
+                    siN, siC, siD, siH, siW, sfN, sfD, sfH, sfW, sfK, soN, soC, soQ,
                     MODE: tl.constexpr, PADDING: tl.constexpr, ALIGN: tl.constexpr,
+                    AFFINE: tl.constexpr, FIELD: tl.constexpr, SCALED: tl.constexpr,
                     COMPUTE: tl.constexpr, INDEX: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """out[n, c, q] = sum over corners of weight * input; one program per BLOCK_P points."""
     n, q, pmask = block_of_points(tl.program_id(0).to(INDEX), S, BLOCK_P, INDEX)
-    ix, iy, iz, mx, my, mz, valid = _grid_point(grid, n, q, pmask, Ho, Wo, sgN, sgD, sgH, sgW,
-                                                sgK, D, H, W, COMPUTE, PADDING, ALIGN)
+    cx, cy, cz = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN, sfD,
+                                    sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
+    ix, iy, iz, mx, my, mz, valid = _grid_point(cx, cy, cz, pmask, D, H, W, PADDING, ALIGN)
     for c0 in range(0, C, BLOCK_C):
         c = (c0 + tl.arange(0, BLOCK_C)).to(INDEX)
         cmask = c < C
@@ -234,23 +295,28 @@ def _forward_kernel(inp, grid, out, C, D, H, W, S, Ho, Wo,
 
 @triton.jit
 def _backward_points_kernel(
-        gout, inp, grid, grad_grid, gin, keys, coords,
-        C, D, H, W, S, Ho, Wo, NO_CELL,
-        sgoN, sgoC, sgoD, sgoH, sgoW, siN, siC, siD, siH, siW, sgN, sgD, sgH, sgW, sgK,
+        gout, inp, field, theta, table, grad_field, grad_theta, gin, keys, coords,
+        C, D, H, W, S, Do, Ho, Wo, NO_CELL,
+        sgoN, sgoC, sgoD, sgoH, sgoW, siN, siC, siD, siH, siW, sfN, sfD, sfH, sfW, sfK,
         giN, giC, giD, giH, giW,
         MODE: tl.constexpr, PADDING: tl.constexpr, ALIGN: tl.constexpr,
-        GRID_GRAD: tl.constexpr, SCATTER: tl.constexpr, KEYS: tl.constexpr,
-        COMPUTE: tl.constexpr, INDEX: tl.constexpr,
+        AFFINE: tl.constexpr, FIELD: tl.constexpr, SCALED: tl.constexpr,
+        FIELD_GRAD: tl.constexpr, THETA_GRAD: tl.constexpr, SCATTER: tl.constexpr,
+        KEYS: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr,
         BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    """Per-point backward work, one program per BLOCK_P points. GRID_GRAD: grad_grid
-    (bilinear; nearest's is 0). SCATTER: atomic adds of grad_output * weight into ``gin``.
-    KEYS: each point's cell id (NO_CELL if it touches no voxel) and, for bilinear, its
-    padded coordinates."""
+    """Per-point backward work, one program per BLOCK_P points, whose grid gradient (the
+    derivative in the sample coordinates; bilinear only, nearest's is 0) goes to the
+    coordinate source's sinks: FIELD_GRAD stores it into ``grad_field`` (a grid's gradient,
+    or a displacement's, times the scales where SCALED); THETA_GRAD stores this program's
+    sums of it times (bx, by, bz, 1) into its 12 entries of ``grad_theta``, in a fixed
+    order. SCATTER: atomic adds of grad_output * weight into ``gin``. KEYS: each point's
+    cell id (NO_CELL if it touches no voxel) and, for bilinear, its padded coordinates."""
     n, q, pmask = block_of_points(tl.program_id(0).to(INDEX), S, BLOCK_P, INDEX)
-    ix, iy, iz, mx, my, mz, valid = _grid_point(grid, n, q, pmask, Ho, Wo, sgN, sgD, sgH, sgW,
-                                                sgK, D, H, W, COMPUTE, PADDING, ALIGN)
+    cx, cy, cz = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN, sfD,
+                                    sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
+    ix, iy, iz, mx, my, mz, valid = _grid_point(cx, cy, cz, pmask, D, H, W, PADDING, ALIGN)
     p = n * S + q  # row of grad_grid, keys and coords
-    if GRID_GRAD or SCATTER:
+    if FIELD_GRAD or THETA_GRAD or SCATTER:
         d, h, w = split_spatial(q, Ho, Wo)
         go_q = gout + n * sgoN + d * sgoD + h * sgoH + w * sgoW
         sx = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
@@ -267,7 +333,7 @@ def _backward_points_kernel(
             for k in tl.static_range(1 if MODE == _NEAREST else 8):
                 x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, MODE, INDEX)
                 m = inside[:, None] & cmask[None, :]
-                if GRID_GRAD:
+                if FIELD_GRAD or THETA_GRAD:
                     dwx, dwy, dwz = _corner_weight_grad(k, ix, iy, iz)
                     offset = n * siN + z * siD + y * siH + x * siW
                     v = tl.load(inp + offset[:, None] + c[None, :] * siC, mask=m,
@@ -282,12 +348,25 @@ def _backward_points_kernel(
             sx += tx * g
             sy += ty * g
             sz += tz * g
-        if GRID_GRAD:
-            row = grad_grid + 3 * p
-            dtype = grad_grid.dtype.element_ty
-            tl.store(row, tl.where(valid, mx * tl.sum(sx, axis=1), 0.0).to(dtype), mask=pmask)
-            tl.store(row + 1, tl.where(valid, my * tl.sum(sy, axis=1), 0.0).to(dtype), mask=pmask)
-            tl.store(row + 2, tl.where(valid, mz * tl.sum(sz, axis=1), 0.0).to(dtype), mask=pmask)
+        if FIELD_GRAD or THETA_GRAD:
+            gx = tl.where(valid, mx * tl.sum(sx, axis=1), 0.0)
+            gy = tl.where(valid, my * tl.sum(sy, axis=1), 0.0)
+            gz = tl.where(valid, mz * tl.sum(sz, axis=1), 0.0)
+            if FIELD_GRAD:
+                fx, fy, fz = gx, gy, gz
+                if SCALED:
+                    scales = table + Wo + Ho + Do
+                    fx = gx * tl.load(scales)
+                    fy = gy * tl.load(scales + 1)
+                    fz = gz * tl.load(scales + 2)
+                row = grad_field + 3 * p
+                dtype = grad_field.dtype.element_ty
+                tl.store(row, fx.to(dtype), mask=pmask)
+                tl.store(row + 1, fy.to(dtype), mask=pmask)
+                tl.store(row + 2, fz.to(dtype), mask=pmask)
+            if THETA_GRAD:
+                _store_theta_terms(grad_theta + 12 * tl.program_id(0).to(INDEX), gx, gy, gz,
+                                   table, q, pmask, Ho, Wo)
     if KEYS:
         if MODE == _NEAREST:
             x, y, z, touches, _ = _corner(0, ix, iy, iz, valid, D, H, W, MODE, INDEX)
@@ -359,16 +438,51 @@ def _points_tile(input):
     return 128, 1
 
 
-def _setup(input, grid, mode, padding_mode, align_corners, tensors, counts):
-    """Sizes (N, C, D, H, W, S = Do*Ho*Wo, Ho, Wo), the compute dtype and the constexprs
-    shared by the kernels of one call; INDEX covers ``tensors`` and ``counts``."""
+@dataclasses.dataclass(frozen=True)
+class Coordinates:
+    """Where a call's points sample, as the kernels take it (their coordinate source): a
+    ``field`` (N, Do, Ho, Wo, 3) -- the grid of grid sampling, or a warp's displacement --
+    and, for a warp, the affine part ``theta`` (N, 3, 4, the compute dtype, contiguous)
+    over the base grid. ``table`` holds the base coordinates bx (Wo), by (Ho), bz (Do) and
+    the field's three per-channel scales (``scaled``: a displacement in voxels), in the
+    compute dtype. ``dtype`` is that of the coordinates the caller gave, and of their
+    gradients."""
+    batch: int
+    spatial: tuple  # (Do, Ho, Wo)
+    dtype: torch.dtype
+    field: torch.Tensor | None = None
+    theta: torch.Tensor | None = None
+    table: torch.Tensor | None = None
+    scaled: bool = False
+
+    def args(self, unused):
+        """The kernels' pointer arguments (field, theta, table), then the field's strides."""
+        return (_or(self.field, unused), _or(self.theta, unused), _or(self.table, unused),
+                *(self.field.stride() if self.field is not None else (0,) * 5))
+
+    def consts(self):
+        return dict(AFFINE=self.theta is not None, FIELD=self.field is not None,
+                    SCALED=self.scaled)
+
+    def tensors(self):
+        return tuple(t for t in (self.field, self.theta, self.table) if t is not None)
+
+
+def grid_coordinates(grid) -> Coordinates:
+    """A grid as the coordinate source: its values are where the points sample."""
+    return Coordinates(grid.shape[0], tuple(grid.shape[1:4]), grid.dtype, field=grid)
+
+
+def _setup(input, coords, mode, padding_mode, align_corners, tensors, counts):
+    """Sizes (N, C, D, H, W, S = Do*Ho*Wo, Do, Ho, Wo), the compute dtype and the
+    constexprs shared by the kernels of one call; INDEX covers ``tensors`` and ``counts``."""
     N, C, D, H, W = input.shape
-    Do, Ho, Wo = grid.shape[1:4]
-    compute = compute_dtype(input.dtype, grid.dtype)
+    Do, Ho, Wo = coords.spatial
+    compute = compute_dtype(input.dtype, coords.dtype)
     consts = dict(MODE=mode, PADDING=padding_mode, ALIGN=bool(align_corners),
-                  COMPUTE=tl_dtype(compute),
-                  INDEX=index_dtype(input, grid, *tensors, counts=counts))
-    return (N, C, D, H, W, Do * Ho * Wo, Ho, Wo), compute, consts
+                  COMPUTE=tl_dtype(compute), **coords.consts(),
+                  INDEX=index_dtype(input, *coords.tensors(), *tensors, counts=counts))
+    return (N, C, D, H, W, Do * Ho * Wo, Do, Ho, Wo), compute, consts
 
 
 def _cells(N, D, H, W, mode):
@@ -384,15 +498,21 @@ def forward(input, grid, mode: int, padding_mode: int, align_corners: bool):
     A float32/float64 grid may accompany 16-bit input (computed in the grid's precision,
     at least float32). Returns (N, C, Do, Ho, Wo) in the input's dtype and memory format.
     """
-    out = new_volume(tuple(input.shape[:2]) + tuple(grid.shape[1:4]), input.dtype, input)
+    return sample(input, grid_coordinates(grid), mode, padding_mode, align_corners)
+
+
+def sample(input, coords: Coordinates, mode: int, padding_mode: int, align_corners: bool):
+    """``input`` sampled where ``coords`` says: the forward of grid sampling and of warps."""
+    out = new_volume(tuple(input.shape[:2]) + coords.spatial, input.dtype, input)
     if out.numel() == 0:
         return out
-    (N, C, D, H, W, S, Ho, Wo), _, consts = _setup(input, grid, mode, padding_mode,
-                                                   align_corners, (out,), ())
+    (N, C, D, H, W, S, Do, Ho, Wo), _, consts = _setup(input, coords, mode, padding_mode,
+                                                       align_corners, (out,), ())
     block_p, block_c = _points_tile(input)
     _forward_kernel[programs(N, S, block_p)](
-        input, grid, out, C, D, H, W, S, Ho, Wo, *input.stride(), *grid.stride(),
-        *dense_strides(out), **consts, BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+        input, *coords.args(out)[:3], out, C, D, H, W, S, Do, Ho, Wo, *input.stride(),
+        *coords.args(out)[3:], *dense_strides(out), **consts, BLOCK_P=block_p,
+        BLOCK_C=block_c, **LAUNCH)
     return out
 
 
@@ -407,43 +527,72 @@ def backward(grad_output, input, grid, mode: int, padding_mode: int, align_corne
     dtype and is exactly 0 for nearest; grad_input has the input's dtype and memory format.
     """
     want_input, want_grid = (bool(m) for m in output_mask)
+    grad_input, grad_grid, _ = sample_backward(grad_output, input, grid_coordinates(grid), mode,
+                                               padding_mode, align_corners, want_input,
+                                               want_grid, False, deterministic)
+    return grad_input, grad_grid
+
+
+def sample_backward(grad_output, input, coords: Coordinates, mode: int, padding_mode: int,
+                    align_corners: bool, want_input: bool, want_field: bool, want_theta: bool,
+                    deterministic: bool):
+    """(grad_input, grad_field, grad_theta) of ``sample``, None where not wanted: the
+    field's gradient has its shape and ``coords.dtype`` (scaled as the field is), theta's
+    is (N, 3, 4) in ``coords.dtype``, summed per block of points and then over the blocks
+    in float64, in a fixed order. Both are exactly 0 for nearest."""
     N, C, D, H, W = input.shape
-    points = N * grid.shape[1] * grid.shape[2] * grid.shape[3]
+    Do, Ho, Wo = coords.spatial
+    points = N * Do * Ho * Wo
     work = points * C > 0
-    run_grid_grad = want_grid and mode != NEAREST and work
-    grad_grid = None
-    if want_grid:
-        make = torch.empty if run_grid_grad else torch.zeros
-        grad_grid = make(grid.shape, dtype=grid.dtype, device=grid.device)
+    smooth = mode != NEAREST and work
+    field_shape = (N, Do, Ho, Wo, 3)
+    grad_field = grad_theta = None
+    device = input.device
+    if want_field:
+        make = torch.empty if smooth else torch.zeros
+        grad_field = make(field_shape, dtype=coords.dtype, device=device)
+    if want_theta and not smooth:
+        grad_theta = torch.zeros((N, 3, 4), dtype=coords.dtype, device=device)
     if want_input and not work:
-        return new_volume(input.shape, input.dtype, input, zero=True), grad_grid
-    if not (want_input or run_grid_grad):
-        return None, grad_grid
-    sizes, compute, consts = _setup(input, grid, mode, padding_mode, align_corners, (grad_output,),
+        return new_volume(input.shape, input.dtype, input, zero=True), grad_field, grad_theta
+    run_field, run_theta = want_field and smooth, want_theta and smooth
+    if not (want_input or run_field or run_theta):
+        return None, grad_field, grad_theta
+    sizes, compute, consts = _setup(input, coords, mode, padding_mode, align_corners,
+                                    (grad_output,),
                                     (3 * points, _cells(N, D, H, W, mode) + 1, input.numel()))
-    points_grid_grad = grad_grid if run_grid_grad else None  # computed along the way
+    block_p, _ = _points_tile(input)
+    sinks = dict(grad_field=grad_field if run_field else None,
+                 partials=(torch.empty((programs(N, Do * Ho * Wo, block_p)[0], 12),
+                                       dtype=compute, device=device) if run_theta else None))
     if not want_input:
-        _points_pass(grad_output, input, grid, sizes, consts, grad_grid=points_grid_grad)
-        return None, grad_grid
-    if deterministic:
-        return _gathered_input_grad(grad_output, input, grid, points_grid_grad, sizes, compute,
-                                    consts), grad_grid
-    return _scattered_input_grad(grad_output, input, grid, points_grid_grad, sizes, compute,
-                                 consts), grad_grid
+        _points_pass(grad_output, input, coords, sizes, consts, **sinks)
+    elif deterministic:
+        grad_input = _gathered_input_grad(grad_output, input, coords, sinks, sizes, compute,
+                                          consts)
+    else:
+        grad_input = _scattered_input_grad(grad_output, input, coords, sinks, sizes, compute,
+                                           consts)
+    if run_theta:  # the blocks' sums, batch by batch, in block order
+        partials = sinks["partials"].view(N, -1, 3, 4)
+        grad_theta = partials.to(torch.float64).sum(1).to(coords.dtype)
+    return (grad_input if want_input else None), grad_field, grad_theta
 
 
-def _points_pass(grad_output, input, grid, sizes, consts, grad_grid=None, gin=None,
-                 keys=None, coords=None):
+def _points_pass(grad_output, input, coords, sizes, consts, grad_field=None, partials=None,
+                 gin=None, keys=None, coords_out=None):
     """Launch ``_backward_points_kernel`` for the outputs given (None: not wanted)."""
-    N, C, D, H, W, S, Ho, Wo = sizes
+    N, C, D, H, W, S, Do, Ho, Wo = sizes
     unused = grad_output.new_empty(0)  # stands for the pointers of outputs not wanted
     block_p, block_c = _points_tile(input)
     _backward_points_kernel[programs(N, S, block_p)](
-        grad_output, input, grid, _or(grad_grid, unused), _or(gin, unused), _or(keys, unused),
-        _or(coords, unused), C, D, H, W, S, Ho, Wo, _cells(N, D, H, W, consts["MODE"]),
-        *grad_output.stride(), *input.stride(), *grid.stride(),
+        grad_output, input, *coords.args(unused)[:3], _or(grad_field, unused),
+        _or(partials, unused), _or(gin, unused), _or(keys, unused), _or(coords_out, unused),
+        C, D, H, W, S, Do, Ho, Wo, _cells(N, D, H, W, consts["MODE"]),
+        *grad_output.stride(), *input.stride(), *coords.args(unused)[3:],
         *(gin.stride() if gin is not None else (0,) * 5), **consts,
-        GRID_GRAD=grad_grid is not None, SCATTER=gin is not None, KEYS=keys is not None,
+        FIELD_GRAD=grad_field is not None, THETA_GRAD=partials is not None,
+        SCATTER=gin is not None, KEYS=keys is not None,
         BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
 
 
@@ -451,24 +600,24 @@ def _or(t, default):
     return default if t is None else t
 
 
-def _scattered_input_grad(grad_output, input, grid, grad_grid, sizes, compute, consts):
+def _scattered_input_grad(grad_output, input, coords, sinks, sizes, compute, consts):
     """grad_input by atomic adds, into a ``compute``-dtype buffer rounded once at the end."""
     acc = new_volume(input.shape, compute, input, zero=True)
-    _points_pass(grad_output, input, grid, sizes, consts, grad_grid=grad_grid, gin=acc)
+    _points_pass(grad_output, input, coords, sizes, consts, gin=acc, **sinks)
     return acc if acc.dtype == input.dtype else acc.to(input.dtype)
 
 
-def _gathered_input_grad(grad_output, input, grid, grad_grid, sizes, compute, consts):
+def _gathered_input_grad(grad_output, input, coords, sinks, sizes, compute, consts):
     """grad_input by the deterministic gather (see the module docstring)."""
-    N, C, D, H, W, S, Ho, Wo = sizes
+    N, C, D, H, W, S, Do, Ho, Wo = sizes
     cells = _cells(N, D, H, W, consts["MODE"])
     device = input.device
     key_dtype = torch.int64 if consts["INDEX"] == tl.int64 else torch.int32
     keys = torch.empty(N * S, dtype=key_dtype, device=device)
-    coords = torch.empty(0 if consts["MODE"] == NEAREST else 3 * N * S, dtype=compute,
-                         device=device)
-    _points_pass(grad_output, input, grid, sizes, consts, grad_grid=grad_grid, keys=keys,
-                 coords=coords)
+    voxel_coords = torch.empty(0 if consts["MODE"] == NEAREST else 3 * N * S, dtype=compute,
+                               device=device)
+    _points_pass(grad_output, input, coords, sizes, consts, keys=keys, coords_out=voxel_coords,
+                 **sinks)
     sorted_keys, order = torch.sort(keys, stable=True)
     cell_ids = torch.arange(cells + 1, dtype=key_dtype, device=device)
     starts = torch.searchsorted(sorted_keys, cell_ids, out_int32=key_dtype == torch.int32)
@@ -476,8 +625,8 @@ def _gathered_input_grad(grad_output, input, grid, grad_grid, sizes, compute, co
     block_p, block_c = tile(C, 32, 512)  # a voxel's channels share its walk over the points
     chunks = triton.cdiv(C, block_c)
     _gather_input_grad_kernel[programs(N, D * H * W, block_p, chunks)](
-        grad_output, grad_input, order, coords, starts, C, D, H, W, D * H * W, S, Ho, Wo, chunks,
-        *grad_output.stride(), *dense_strides(grad_input), MODE=consts["MODE"],
+        grad_output, grad_input, order, voxel_coords, starts, C, D, H, W, D * H * W, S, Ho, Wo,
+        chunks, *grad_output.stride(), *dense_strides(grad_input), MODE=consts["MODE"],
         COMPUTE=consts["COMPUTE"], INDEX=consts["INDEX"], BLOCK_P=block_p, BLOCK_C=block_c,
         **LAUNCH)
     return grad_input

@@ -1,12 +1,16 @@
-"""volsample for PyTorch: differentiable grid sampling and trilinear upsampling.
+"""volsample for PyTorch: differentiable grid sampling, warps and trilinear upsampling.
 
 ``grid_sample`` and ``upsample_trilinear`` are drop-ins for ``F.grid_sample`` (5-D) and
-``F.interpolate(mode="trilinear")``. They run the custom ops
+``F.interpolate(mode="trilinear")``; ``warp`` samples at ``affine_grid(theta) +
+displacement`` without forming that grid. They run the custom ops
 ``torch.ops.volsample.grid_sampler_3d`` / ``grid_sampler_3d_backward`` /
+``warp_3d`` / ``warp_3d_backward`` /
 ``upsample_trilinear3d`` / ``upsample_trilinear3d_backward`` (registered on import), which
 carry autograd and work under ``torch.compile``: the CPU kernels on CPU tensors, the
 Triton kernels on CUDA tensors. Both AD modes (torch.autograd.forward_ad, torch.func) and
 double backward work. ``patch()`` routes ``F.grid_sample`` / ``F.interpolate`` here.
+``compose``, ``integrate_velocity`` and ``jacobian_determinant`` are the displacement field
+tools of ``volsample``, differentiable.
 """
 try:
     import torch  # noqa: F401
@@ -15,8 +19,11 @@ except ImportError as error:
         "volsample.torch needs PyTorch (pip install 'volsample[torch]'); the NumPy API, "
         "`import volsample`, works without it") from error
 
+from ._fields import compose, integrate_velocity, jacobian_determinant
 from ._grid_sample import grid_sample
 from ._patch import patch, unpatch
 from ._upsample import upsample_trilinear
+from ._warp import warp
 
-__all__ = ["grid_sample", "upsample_trilinear", "patch", "unpatch"]
+__all__ = ["grid_sample", "upsample_trilinear", "warp", "compose", "integrate_velocity",
+           "jacobian_determinant", "patch", "unpatch"]

@@ -116,6 +116,7 @@ _TORCH_CLASS = {_checks.InvalidArgumentError: ArgumentError,
                 _checks.UnsupportedDTypeError: DTypeError}
 
 GRID_SAMPLER, UPSAMPLE = "grid_sampler", "upsample_trilinear3d"  # the operators, in errors
+WARP = "warp"  # volsample's own: PyTorch has no words for its mistakes
 
 # PyTorch's words that several mistakes share
 _INVALID_UPSAMPLE_ARGUMENTS = ("upsample_trilinear3d() received an invalid combination of "
@@ -369,7 +370,7 @@ def set_autograd_kernels(functions: dict) -> None:
                 raise RuntimeError(
                     f"torch.ops.volsample.{_op_name}: torch.func transforms are not supported "
                     f"on the op called directly; call volsample.torch.grid_sample / "
-                    f"upsample_trilinear, which support them")
+                    f"upsample_trilinear / warp, which support them")
             return _function.apply(*args)
 
         with warnings.catch_warnings():  # "overriding a previously registered kernel"

@@ -1,0 +1,382 @@
+"""Warps for PyTorch: ``warp`` (sampling at ``affine_grid(theta) + displacement`` with the
+grid never stored) on the custom ops ``volsample::warp_3d`` and
+``volsample::warp_3d_backward``.
+
+Each op builds the call's checked description (``volsample._calls.Warp``) and hands it to a
+backend: the C++ kernels for CPU tensors (NumPy views of their memory), the Triton kernels
+for CUDA tensors; fake implementations give torch.compile the result shapes. Autograd
+reaches input, theta and the displacement through the fused backward op, which writes the
+displacement's gradient and reduces theta's without a grid-sized gradient. Forward-mode
+AD and derivatives of the backward (double backward, torch.func's nested transforms) take
+the composition instead: the grid is then formed (``stored_grid``) and grid sampling's own
+derivative ops run on it. Semantics: docs/semantics.md.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import _calls, _config, _coords
+from .._cpu import warp as _cpu
+from .._tables import MODES, PADDINGS, UNITS, VOXELS
+from . import _common
+from . import _grid_sample
+
+_FORWARD_SCHEMA = ("(Tensor input, Tensor? theta, Tensor? displacement, SymInt[3] size, "
+                   "int interpolation_mode, int padding_mode, bool align_corners, "
+                   "int displacement_units) -> Tensor")
+_BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor? theta, Tensor? displacement, "
+                    "int interpolation_mode, int padding_mode, bool align_corners, "
+                    "int displacement_units, bool[] output_mask) -> (Tensor, Tensor, Tensor)")
+
+
+def _operands(**tensors):
+    """The given tensors as the op layer's operands (None stays None), on one device."""
+    given = {name: t for name, t in tensors.items() if t is not None}
+    _common.same_device(**given)
+    return [None if t is None else _common.operand(name, t) for name, t in tensors.items()]
+
+
+def _codes(interpolation_mode, padding_mode, displacement_units):
+    return (MODES.check_code(interpolation_mode, "interpolation_mode"),
+            PADDINGS.check_code(padding_mode), UNITS.check_code(displacement_units))
+
+
+@_common.raises_torch_errors(_common.WARP)
+def _describe(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
+              displacement_units) -> _calls.Warp:
+    """The forward's checked description (every device, and the fake)."""
+    operands = _operands(input=input, theta=theta, displacement=displacement)
+    mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
+    return _calls.warp(*operands, list(size), mode, padding, align_corners, units,
+                       _common.layout(input), shape_order="NCDHW", dialect=_common.TORCH)
+
+
+@_common.raises_torch_errors(_common.WARP)
+def _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
+                       padding_mode, align_corners, displacement_units,
+                       output_mask) -> _calls.Warp:
+    operands = _operands(grad_output=grad_output, input=input, theta=theta,
+                         displacement=displacement)
+    mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
+    return _calls.warp_backward(*operands, mode, padding, align_corners, units, output_mask,
+                                _common.layout(input), shape_order="NCDHW",
+                                dialect=_common.TORCH)
+
+
+def _gradients(output_mask, input, theta, displacement):
+    """Uninitialised (grad_input, grad_theta, grad_displacement), None where not asked for
+    (a checked mask: none of an absent operand): grad_input in the input's memory format,
+    the others contiguous."""
+    want_input, want_theta, want_displacement = output_mask
+    contiguous = torch.contiguous_format
+    return (_common.empty_volume(input.shape, input) if want_input else None,
+            torch.empty_like(theta, memory_format=contiguous) if want_theta else None,
+            torch.empty_like(displacement, memory_format=contiguous) if want_displacement
+            else None)
+
+
+def _returned(gradients, input):
+    """An op cannot return None: a gradient not asked for comes back as an empty tensor."""
+    return tuple(input.new_empty((0,)) if g is None else g for g in gradients)
+
+
+def _read(t):
+    return None if t is None else _common.read_only_array(t)
+
+
+@torch.library.custom_op("volsample::warp_3d", mutates_args=(), device_types="cpu",
+                         schema=_FORWARD_SCHEMA)
+def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
+            displacement_units):
+    """``input`` (N, C, D, H, W) sampled at ``affine_grid(theta, size) + displacement``
+    (theta (N, 3, 4) or None: the identity; displacement (N, *size, 3) or None: 0),
+    giving (N, C, *size) in the input's dtype and memory format; the grid is never stored."""
+    call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
+                     align_corners, displacement_units)
+    out = _common.empty_volume(call.output_shape, input)
+    _cpu.forward(call, _read(input), _read(theta), _read(displacement),
+                 _common.writable_array(out))
+    return out
+
+
+@warp_3d.register_kernel("cuda")
+def _warp_3d_cuda(input, theta, displacement, size, interpolation_mode, padding_mode,
+                  align_corners, displacement_units):
+    call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
+                     align_corners, displacement_units)
+    return _common.gpu_backend("warp").forward(call, input, theta, displacement)
+
+
+def _symbolic(*shapes) -> bool:
+    """Whether sizes are symbolic (torch.compile tracing with dynamic shapes): torch's own
+    guards check them then, not the op layer."""
+    return any(isinstance(v, torch.SymInt) for shape in shapes for v in shape)
+
+
+@warp_3d.register_fake
+def _warp_3d_fake(input, theta, displacement, size, interpolation_mode, padding_mode,
+                  align_corners, displacement_units):
+    if _symbolic(input.shape, size):
+        return _common.empty_volume(tuple(input.shape[:2]) + tuple(size), input)
+    call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
+                     align_corners, displacement_units)
+    return _common.empty_volume(call.output_shape, input)
+
+
+@torch.library.custom_op("volsample::warp_3d_backward", mutates_args=(), device_types="cpu",
+                         schema=_BACKWARD_SCHEMA)
+def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode, padding_mode,
+                     align_corners, displacement_units, output_mask):
+    """Gradients (grad_input, grad_theta, grad_displacement) of ``warp_3d``, as
+    ``output_mask`` selects them; one not asked for, or of an absent operand, comes back as
+    an empty tensor. No grid-sized array is formed for theta's."""
+    call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
+                              padding_mode, align_corners, displacement_units, output_mask)
+    gradients = _gradients(call.output_mask, input, theta, displacement)
+    _cpu.backward(call, _read(grad_output), _read(input), _read(theta), _read(displacement),
+                  *map(_common.writable_array, gradients))
+    return _returned(gradients, input)
+
+
+@warp_3d_backward.register_kernel("cuda")
+def _warp_3d_backward_cuda(grad_output, input, theta, displacement, interpolation_mode,
+                           padding_mode, align_corners, displacement_units, output_mask):
+    call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
+                              padding_mode, align_corners, displacement_units, output_mask)
+    return _returned(_common.gpu_backend("warp").backward(
+        call, grad_output, input, theta, displacement, _config.get_deterministic()), input)
+
+
+@warp_3d_backward.register_fake
+def _warp_3d_backward_fake(grad_output, input, theta, displacement, interpolation_mode,
+                           padding_mode, align_corners, displacement_units, output_mask):
+    if _symbolic(grad_output.shape, input.shape):
+        mask = [bool(m) and t is not None
+                for m, t in zip(output_mask, (input, theta, displacement))]
+        return _returned(_gradients(mask, input, theta, displacement), input)
+    call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
+                              padding_mode, align_corners, displacement_units, output_mask)
+    return _returned(_gradients(call.output_mask, input, theta, displacement), input)
+
+
+# ---------------------------------------------------------------------------------------
+# The grid, formed: what forward-mode AD and derivatives of the backward differentiate
+# ---------------------------------------------------------------------------------------
+
+
+def base_grid(size, align_corners, dtype, device) -> torch.Tensor:
+    """The homogeneous base grid (D, H, W, 4), channels (x, y, z, 1), as affine_grid lays it
+    out (``_coords.base`` in float64, then rounded to ``dtype``, as the kernels take it)."""
+    axes = [_coords.base(torch.arange(n, dtype=torch.float64, device=device), n, align_corners)
+            for n in size]
+    z, y, x = torch.meshgrid(*axes, indexing="ij")
+    return torch.stack([x, y, z, torch.ones_like(x)], -1).to(dtype)
+
+
+def displacement_scale(input_spatial, align_corners, units, dtype, device) -> torch.Tensor:
+    """Normalised units per displacement unit, channels (x, y, z)."""
+    D, H, W = input_spatial
+    scale = ([_coords.voxel_step(n, align_corners) for n in (W, H, D)] if units == VOXELS
+             else [1.0, 1.0, 1.0])
+    return torch.tensor(scale, dtype=dtype, device=device)
+
+
+def stored_grid(input, theta, displacement, size, align_corners, units) -> torch.Tensor:
+    """``affine_grid(theta, size) + displacement`` (scaled to normalised units) as a
+    tensor, differentiable in theta and the displacement: the grid the warp stands for."""
+    given = theta if theta is not None else displacement
+    dtype = given.dtype if given is not None else torch.promote_types(input.dtype, torch.float32)
+    grid = base_grid(size, align_corners, dtype, input.device)[None, ..., :3]
+    if theta is not None:
+        grid = torch.einsum("dhwj,nkj->ndhwk", base_grid(size, align_corners, dtype, input.device),
+                            theta)
+    if displacement is not None:
+        grid = grid + displacement * displacement_scale(input.shape[2:], align_corners, units,
+                                                        dtype, input.device)
+    return grid.expand((input.shape[0],) + tuple(size) + (3,))
+
+
+def _grid_tangent(theta_tangent, displacement_tangent, size, input, align_corners, units):
+    """The grid's derivative along the tangents of theta and the displacement (None: 0)."""
+    tangent = None
+    if theta_tangent is not None:
+        base = base_grid(size, align_corners, theta_tangent.dtype, input.device)
+        tangent = torch.einsum("dhwj,nkj->ndhwk", base, theta_tangent)
+    if displacement_tangent is not None:
+        step = displacement_tangent * displacement_scale(
+            input.shape[2:], align_corners, units, displacement_tangent.dtype, input.device)
+        tangent = step if tangent is None else tangent + step
+    return tangent
+
+
+# ---------------------------------------------------------------------------------------
+# Autograd
+# ---------------------------------------------------------------------------------------
+
+
+def _forward(input, theta, displacement, *args):
+    return _common.call(_Warp3d, warp_3d, input, theta, displacement, *args)
+
+
+def _backward_op(grad_output, input, theta, displacement, *args):
+    return _common.call(_Warp3dBackward, warp_3d_backward, grad_output, input, theta,
+                        displacement, *args)
+
+
+def _below_autograd(op, *args):
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
+
+
+class _Warp3d(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(input, theta, displacement, size, interpolation_mode, padding_mode,
+                align_corners, displacement_units):
+        return _below_autograd(warp_3d, input, theta, displacement, size, interpolation_mode,
+                               padding_mode, align_corners, displacement_units)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:3])
+        ctx.save_for_forward(*inputs[:3])
+        ctx.size = list(inputs[3])
+        ctx.modes = inputs[4:7]  # interpolation_mode, padding_mode, align_corners
+        ctx.units = inputs[7]
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input, theta, displacement = ctx.saved_tensors
+        mask = [bool(m) for m in ctx.needs_input_grad[:3]]
+        if not any(mask):
+            return (None,) * 8
+        differentiated = torch.is_grad_enabled() or torch._C._are_functorch_transforms_active()
+        if differentiated:  # the backward's own derivatives are wanted: through the grid
+            gradients = _composed_backward(grad_output, input, theta, displacement, ctx, mask)
+        else:
+            gradients = _backward_op(grad_output, input, theta, displacement, *ctx.modes,
+                                     ctx.units, mask)
+        return tuple(g if m else None for g, m in zip(gradients, mask)) + (None,) * 5
+
+    @staticmethod
+    def jvp(ctx, input_tangent, theta_tangent, displacement_tangent, *_):
+        # Linear in the input; along theta and the displacement, the grid's derivative.
+        input, theta, displacement = ctx.saved_tensors
+        out = None
+        if input_tangent is not None:
+            out = _forward(input_tangent, theta, displacement, ctx.size, *ctx.modes, ctx.units)
+        tangent = _grid_tangent(theta_tangent, displacement_tangent, ctx.size, input,
+                                ctx.modes[2], ctx.units)
+        if tangent is not None:
+            grid = stored_grid(input, theta, displacement, ctx.size, ctx.modes[2], ctx.units)
+            along = _grid_sample._grid_jvp(input, grid, tangent, *ctx.modes)
+            out = along if out is None else out + along
+        return out
+
+
+def _composed_backward(grad_output, input, theta, displacement, ctx, mask):
+    """The backward as grid sampling's on the formed grid, then the chain rule into theta
+    and the displacement: differentiable in every operand."""
+    want_input, want_theta, want_displacement = mask
+    size, align_corners = ctx.size, ctx.modes[2]
+    grid = stored_grid(input, theta, displacement, size, align_corners, ctx.units)
+    grad_input, grad_grid = _grid_sample._backward_op(
+        grad_output, input, grid, *ctx.modes, [want_input, want_theta or want_displacement])
+    grad_theta = grad_displacement = None
+    if want_theta:
+        base = base_grid(size, align_corners, grad_grid.dtype, input.device)
+        grad_theta = torch.einsum("ndhwk,dhwj->nkj", grad_grid, base)
+    if want_displacement:
+        grad_displacement = grad_grid * displacement_scale(
+            input.shape[2:], align_corners, ctx.units, grad_grid.dtype, input.device)
+    return grad_input, grad_theta, grad_displacement
+
+
+class _Warp3dBackward(torch.autograd.Function):
+    """The fused backward op, run where its own derivatives are not wanted (derivatives of
+    warp's backward go through ``_composed_backward``)."""
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(*args):
+        return _below_autograd(warp_3d_backward, *args)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            "torch.ops.volsample.warp_3d_backward: derivatives of the op called directly are "
+            "not supported; differentiate volsample.torch.warp twice (create_graph=True), "
+            "which supports them")
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        _Warp3dBackward.backward(ctx)
+
+
+_common.set_autograd_kernels({"warp_3d": _Warp3d, "warp_3d_backward": _Warp3dBackward})
+
+
+def warp(input, theta=None, displacement=None, size=None, mode="bilinear", padding_mode="zeros",
+         align_corners=False, *, displacement_units="normalized"):
+    """Sample a volume at an affine map plus a displacement, ``A x + u(x)``, with no grid:
+    ``F.grid_sample(input, F.affine_grid(theta, size, align_corners) + displacement, mode,
+    padding_mode, align_corners)`` without forming that grid, differentiable in ``input``,
+    ``theta`` and ``displacement``.
+
+    Parameters
+    ----------
+    input : Tensor, shape (N, C, Di, Hi, Wi)
+        float16, bfloat16, float32 or float64; any memory format; CPU or CUDA.
+    theta : Tensor, shape (N, 3, 4), optional
+        Per batch item, the affine map from the output's normalised coordinates (x, y, z, 1)
+        to the input's, as ``F.affine_grid`` takes it. None: the identity.
+    displacement : Tensor, shape (N, Do, Ho, Wo, 3), optional
+        Added to each output point's coordinates, channels (x, y, z). None: 0.
+    size : (Do, Ho, Wo) or (N, C, Do, Ho, Wo), optional
+        The output's size (the second form as ``F.affine_grid`` takes it). Default: the
+        displacement's, else the input's.
+    mode, padding_mode, align_corners
+        As for ``grid_sample``.
+    displacement_units : {"normalized", "voxels"}
+        The displacement in the grid's units, or in voxels of ``input`` (VoxelMorph's and
+        MONAI's fields).
+
+    Returns
+    -------
+    Tensor, shape (N, C, Do, Ho, Wo), in ``input``'s dtype and memory format.
+
+    Notes
+    -----
+    Runs ``torch.ops.volsample.warp_3d`` (works under ``torch.compile``). The backward
+    writes the displacement's gradient directly and sums theta's per row in a fixed order
+    (bitwise reproducible); neither a grid nor a grid-sized gradient is allocated.
+    Forward-mode AD and second derivatives work: they form the grid.
+
+    Examples
+    --------
+    >>> import torch, volsample.torch as vt
+    >>> image = torch.rand(1, 1, 32, 32, 32)
+    >>> theta = torch.eye(3, 4)[None].requires_grad_()
+    >>> flow = torch.zeros(1, 32, 32, 32, 3, requires_grad=True)
+    >>> loss = vt.warp(image, theta, flow, displacement_units="voxels").square().mean()
+    >>> loss.backward()
+    >>> theta.grad.shape, flow.grad.shape
+    (torch.Size([1, 3, 4]), torch.Size([1, 32, 32, 32, 3]))
+    """
+    with _common.torch_errors(_common.WARP):
+        _common.tensor("input", input)
+        given = {name: t for name, t in (("theta", theta), ("displacement", displacement))
+                 if t is not None}
+        for name, t in given.items():
+            _common.operand(name, t)
+        spatial = None if displacement is None else tuple(displacement.shape[1:4])
+        size = _calls.warp_output_size(_common.sizes(size) if size is not None else None,
+                                       tuple(input.shape), spatial)
+        args = (list(size), MODES.code(mode), PADDINGS.code(padding_mode),
+                _common.align_corners(align_corners), UNITS.code(displacement_units))
+    return _forward(input, theta, displacement, *args)

@@ -1,0 +1,138 @@
+"""Warps without a grid: ``warp_3d`` and its backward, ``warp_3d_backward``.
+
+A registration step samples a volume at ``A x + u(x)``: an affine map and a displacement
+field. ``grid_sample_3d`` takes that as a stored grid, ``affine_grid(theta) + u``
+(N x Do x Ho x Wo x 3 values, read back by the kernel, and a gradient of the same size
+written by the backward for autograd to reduce into theta and u). ``warp_3d`` samples
+the same points with the grid never stored: each point's coordinates are computed from
+theta, the point's index and its displacement, and the backward writes the
+displacement's gradient and reduces theta's directly. The NumPy front door: arguments
+become a checked call description (``_calls.Warp``), which the C++ backend runs.
+Semantics: docs/semantics.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _calls, _checks, _layout
+from ._cpu import warp as _backend
+from ._tables import MODES, PADDINGS, UNITS
+
+
+def _arrays(**values):
+    """The given arguments as NumPy arrays (None stays None)."""
+    return {name: None if v is None else _checks.ndarray(name, v) for name, v in values.items()}
+
+
+def _operand(name, array):
+    return None if array is None else _calls.operand(name, array)
+
+
+def warp_3d(input, theta=None, displacement=None, size=None, mode="bilinear",
+            padding_mode="zeros", align_corners=False, *, layout="NCDHW",
+            displacement_units="normalized"):
+    """Sample a volume at an affine map plus a displacement, ``A x + u(x)``, with no grid.
+
+    The result is what ``grid_sample_3d(input, grid, mode, padding_mode, align_corners)``
+    gives for ``grid = affine_grid(theta, size, align_corners) + displacement``
+    (``torch.nn.functional.affine_grid``'s convention), but that grid is never stored.
+
+    Parameters
+    ----------
+    input : ndarray, shape (N, C, Di, Hi, Wi), or (N, Di, Hi, Wi, C) with ``layout="NDHWC"``
+        The volume, as for ``grid_sample_3d`` (integer label maps with nearest too).
+    theta : ndarray, shape (N, 3, 4), optional
+        Per batch item, the affine map from the output's normalised coordinates
+        (x, y, z, 1) to the input's (rows x, y, z). None: the identity.
+    displacement : ndarray, shape (N, Do, Ho, Wo, 3), optional
+        Added to each output point's coordinates, channels (x, y, z). None: 0.
+    size : (Do, Ho, Wo) or (N, C, Do, Ho, Wo), optional
+        The output's spatial size (the second form as ``affine_grid`` takes it, N and C
+        those of ``input``). Default: the displacement's, else the input's.
+    mode, padding_mode, align_corners, layout
+        As for ``grid_sample_3d``; ``align_corners`` also places the base grid.
+    displacement_units : {"normalized", "voxels"}
+        "normalized": the grid's units (2 spans the volume). "voxels": voxels of
+        ``input`` (VoxelMorph's and MONAI's fields): ``u`` voxels along x are
+        ``u * 2 / (Wi - 1)`` normalised units with align_corners, ``u * 2 / Wi`` without.
+
+    ``theta`` and ``displacement`` share a dtype: ``input``'s, or float32/float64 beside
+    a 16-bit or integer ``input``.
+
+    Returns
+    -------
+    ndarray, shape (N, C, Do, Ho, Wo) (or NDHWC), dtype of ``input``.
+
+    Notes
+    -----
+    Each point's coordinate is computed in the compute precision as
+    ``c_k = theta[k, 0] bx + ((theta[k, 1] by + theta[k, 2] bz) + theta[k, 3]) + u_k s_k``
+    (b the base grid, s the units' scale): float64 agrees with sampling the stored grid
+    to round-off, float32 within the rounding of that coordinate.
+
+    Examples
+    --------
+    >>> import numpy as np, volsample
+    >>> volume = np.arange(8, dtype=np.float32).reshape(1, 1, 2, 2, 2)
+    >>> theta = np.array([[[1, 0, 0, 0.5], [0, 1, 0, 0], [0, 0, 1, 0]]], np.float32)
+    >>> volsample.warp_3d(volume, theta, padding_mode="border")[0, 0, 0]  # x + 1/2 voxel
+    array([[0.5, 1. ],
+           [2.5, 3. ]], dtype=float32)
+    """
+    mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
+    units = UNITS.code(displacement_units)
+    a = _arrays(input=input, theta=theta, displacement=displacement)
+    call = _calls.warp(*(_operand(name, v) for name, v in a.items()), size, mode, padding_mode,
+                       align_corners, units, layout, labels=True)
+    out = _layout.empty(call.output_shape, call.dtype, call.layout)
+    _backend.forward(call, _layout.logical(a["input"], call.layout), a["theta"],
+                     a["displacement"], out)
+    return _layout.physical(out, call.layout)
+
+
+def warp_3d_backward(grad_output, input, theta=None, displacement=None, mode="bilinear",
+                     padding_mode="zeros", align_corners=False, output_mask=(True, True, True),
+                     *, layout="NCDHW", displacement_units="normalized"):
+    """Gradients of ``warp_3d`` with respect to ``input``, ``theta`` and ``displacement``.
+
+    Parameters
+    ----------
+    grad_output : ndarray, shape (N, C, Do, Ho, Wo) (or NDHWC), dtype of ``input``
+        Gradient of the loss with respect to the forward's result; it gives the output
+        size (the forward's ``size``).
+    input, theta, displacement, mode, padding_mode, align_corners, layout, displacement_units
+        As for ``warp_3d``.
+    output_mask : (bool, bool, bool)
+        Which of (grad_input, grad_theta, grad_displacement) to compute; one not asked for,
+        or of an operand that is None, is returned as None and costs nothing.
+
+    Returns
+    -------
+    (grad_input, grad_theta, grad_displacement) : ndarray or None
+        Of the shapes of ``input`` (its dtype and layout), ``theta`` and ``displacement``
+        (their dtype).
+
+    Notes
+    -----
+    Deterministic: the same bits for every thread count and instruction set. The grid
+    gradient of each point goes straight into ``grad_displacement`` (times the units'
+    scale) and into per-row sums for ``grad_theta``; those are reduced in float64, row by
+    row in a fixed order, and rounded once. No grid-sized array is allocated for theta.
+    Both are exactly 0 for nearest sampling.
+    """
+    mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
+    units = UNITS.code(displacement_units)
+    a = _arrays(grad_output=grad_output, input=input, theta=theta, displacement=displacement)
+    call = _calls.warp_backward(*(_operand(name, v) for name, v in a.items()), mode,
+                                padding_mode, align_corners, units, output_mask, layout)
+    want_input, want_theta, want_displacement = call.output_mask
+    grad_input = _layout.empty(call.input_shape, call.dtype, call.layout) if want_input else None
+    grad_theta = np.empty(call.theta_shape, call.coord_dtype) if want_theta else None
+    grad_displacement = (_layout.aligned_empty(call.grid_shape, call.coord_dtype)
+                         if want_displacement else None)
+    _backend.backward(call, _layout.logical(a["grad_output"], call.layout),
+                      _layout.logical(a["input"], call.layout), a["theta"], a["displacement"],
+                      grad_input, grad_theta, grad_displacement)
+    if grad_input is not None:
+        grad_input = _layout.physical(grad_input, call.layout)
+    return grad_input, grad_theta, grad_displacement

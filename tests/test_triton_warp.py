@@ -1,0 +1,180 @@
+"""The Triton warp launchers (``volsample._triton.warp``), run on the CPU by Triton's
+interpreter, against the float64 reference; and the warp kernels compiled for a Hopper GPU
+(no GPU needed), the deterministic ones free of atomics. Small odd shapes: the
+interpreter runs every program in Python."""
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated, at import
+
+import itertools  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import textwrap  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from volsample import _calls  # noqa: E402
+from volsample import _reference as reference  # noqa: E402
+from volsample._tables import MODES, PADDINGS, UNITS  # noqa: E402
+from volsample._triton import warp as tw  # noqa: E402
+from volsample.torch import _common  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, on NaN lanes
+
+
+def _call(x, theta, u, grad_output, mode, padding_mode, align_corners, units, mask=None):
+    """Forward and backward descriptions of a warp on these tensors."""
+    op = lambda name, t: None if t is None else _common.operand(name, t)
+    codes = (MODES.code(mode), PADDINGS.code(padding_mode))
+    forward = _calls.warp(op("input", x), op("theta", theta), op("displacement", u),
+                          tuple(grad_output.shape[2:]), *codes, align_corners, UNITS.code(units),
+                          shape_order="NCDHW", layout=_common.layout(x))
+    backward = _calls.warp_backward(op("grad_output", grad_output), op("input", x),
+                                    op("theta", theta), op("displacement", u), *codes,
+                                    align_corners, UNITS.code(units), mask or (True,) * 3,
+                                    shape_order="NCDHW", layout=_common.layout(x))
+    return forward, backward
+
+
+def _problem(dtype=torch.float64, coord_dtype=None, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    coord_dtype = coord_dtype or dtype
+    x = torch.randn(2, 3, 4, 5, 6, generator=gen).to(dtype)
+    theta = (torch.eye(3, 4) + 0.25 * torch.randn(2, 3, 4, generator=gen)).to(coord_dtype)
+    u = (0.3 * torch.randn(2, 3, 4, 5, 3, generator=gen)).to(coord_dtype)
+    go = torch.randn(2, 3, 3, 4, 5, generator=gen).to(dtype)
+    return x, theta, u, go
+
+
+def _numpy(t):
+    return None if t is None else t.double().numpy()
+
+
+MODE_CASES = list(itertools.product(["bilinear", "nearest"], ["zeros", "border", "reflection"],
+                                   [False, True]))
+# (theta given, displacement given, units), two per mode case, in turn (the interpreter
+# is slow: each combination runs under a few modes, every mode under a few combinations)
+OPERAND_CASES = list(itertools.product([(True, True), (False, True), (True, False)],
+                                       ["normalized", "voxels"]))
+
+
+@pytest.mark.parametrize("case", range(len(MODE_CASES)))
+def test_float64_matches_the_reference(case):
+    mode, padding_mode, align_corners = MODE_CASES[case]
+    deterministic = case % 2 == 0
+    x, theta, u, go = _problem()
+    for (use_theta, use_u), units in (OPERAND_CASES[(2 * case + k) % len(OPERAND_CASES)]
+                                      for k in range(2)):
+        t, d = (theta if use_theta else None), (u if use_u else None)
+        forward, backward = _call(x, t, d, go, mode, padding_mode, align_corners, units)
+        what = f"theta={use_theta} u={use_u} {units} deterministic={deterministic}"
+        out = tw.forward(forward, x, t, d)
+        expected = reference.warp_3d(x.numpy(), _numpy(t), _numpy(d), (3, 4, 5), mode,
+                                     padding_mode, align_corners, units)
+        np.testing.assert_allclose(out.numpy(), expected, 1e-12, 1e-12, err_msg=what)
+        grads = tw.backward(backward, go, x, t, d, deterministic)
+        expected = reference.warp_3d_backward(go.numpy(), x.numpy(), _numpy(t), _numpy(d), mode,
+                                              padding_mode, align_corners, units)
+        for name, a, e in zip(("grad_input", "grad_theta", "grad_displacement"), grads,
+                              expected):
+            assert (a is None) == (e is None), name
+            if a is not None:
+                np.testing.assert_allclose(a.numpy(), e, 1e-11, 1e-11, err_msg=f"{name} {what}")
+
+
+@pytest.mark.parametrize("dtype,coord_dtype", [(torch.float32, torch.float32),
+                                               (torch.bfloat16, torch.float32),
+                                               (torch.float16, torch.float16)])
+def test_lower_precision_and_channels_last(dtype, coord_dtype):
+    """float32 within the coordinate rounding; 16-bit results rounded once (a whole ulp
+    for bfloat16, which the interpreter truncates)."""
+    x, theta, u, go = _problem(dtype, coord_dtype, seed=1)
+    x = x.contiguous(memory_format=torch.channels_last_3d)
+    forward, backward = _call(x, theta, u, go, "bilinear", "border", False, "normalized")
+    out = tw.forward(forward, x, theta, u)
+    assert out.dtype == dtype and out.is_contiguous(memory_format=torch.channels_last_3d)
+    tolerance = {torch.float32: 1e-4, torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10}[dtype]
+    expected = reference.warp_3d(_numpy(x), _numpy(theta), _numpy(u), None, "bilinear", "border")
+    np.testing.assert_allclose(out.double().numpy(), expected, tolerance, 1e-2)
+    gi, gt, gd = tw.backward(backward, go, x, theta, u, True)
+    assert gi.dtype == dtype and gt.dtype == gd.dtype == coord_dtype
+    ri, rt, rd = reference.warp_3d_backward(_numpy(go), _numpy(x), _numpy(theta), _numpy(u),
+                                            "bilinear", "border")
+    np.testing.assert_allclose(gi.double().numpy(), ri, tolerance, 1e-2)
+    np.testing.assert_allclose(gt.double().numpy(), rt, 1e-2, 1e-1)
+    np.testing.assert_allclose(gd.double().numpy(), rd, 1e-2, 1e-2)
+
+
+def test_output_mask_and_reproducible_theta():
+    x, theta, u, go = _problem(torch.float32, seed=2)
+    for mask in itertools.product([False, True], repeat=3):
+        _, backward = _call(x, theta, u, go, "bilinear", "zeros", True, "voxels", mask)
+        grads = tw.backward(backward, go, x, theta, u, True)
+        assert [g is not None for g in grads] == list(mask)
+    _, backward = _call(x, theta, u, go, "bilinear", "zeros", True, "voxels")
+    first = tw.backward(backward, go, x, theta, u, False)[1]
+    again = tw.backward(backward, go, x, theta, u, False)[1]
+    assert torch.equal(first.view(torch.int32), again.view(torch.int32))
+
+
+_COMPILE_SCRIPT = textwrap.dedent("""
+    import json
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    from triton.runtime.jit import JITFunction
+
+    class HopperStandIn:
+        def get_current_device(self): return 0
+        def get_current_stream(self, device=None): return 0
+        def get_current_target(self): return GPUTarget("cuda", 90, 32)
+        def get_active_torch_device(self): return torch.device("cpu")
+
+    driver.set_active(HopperStandIn())
+    compiled, compile_only = [], JITFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        kernel = compile_only(self, *args, grid=grid, warmup=True, **kwargs)
+        compiled.append((self.fn.__name__, kernel.asm["ptx"]))
+
+    JITFunction.run = run
+    from volsample import _calls
+    from volsample._triton import warp as tw
+    from volsample.torch import _common
+
+    result = {}
+    for dtype, C in [(torch.float32, 16), (torch.bfloat16, 1), (torch.float64, 3)]:
+        x, go = torch.randn(1, C, 4, 5, 3).to(dtype), torch.randn(1, C, 2, 3, 4).to(dtype)
+        theta, u = torch.randn(1, 3, 4).to(dtype), torch.randn(1, 2, 3, 4, 3).to(dtype)
+        ops = [_common.operand(n, t) for n, t in (("grad_output", go), ("input", x),
+                                                  ("theta", theta), ("displacement", u))]
+        for units in (0, 1):
+            forward = _calls.warp(*ops[1:], (2, 3, 4), 0, 2, True, units)
+            tw.forward(forward, x, theta, u)
+            backward = _calls.warp_backward(*ops, 0, 2, True, units)
+            for deterministic in (False, True):
+                compiled.clear()
+                tw.backward(backward, go, x, theta, u, deterministic)
+                result[f"warp {dtype} {units} {deterministic}"] = [
+                    (name, ptx.count("atom.global") + ptx.count("red.global"))
+                    for name, ptx in compiled]
+    print(json.dumps(result))
+""")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="Triton's GPU compiler runs on Linux")
+def test_warp_kernels_compile_for_hopper():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    for case, kernels in json.loads(run.stdout.strip().splitlines()[-1]).items():
+        assert kernels, case
+        for name, count in kernels:
+            if case.endswith("True"):
+                assert count == 0, f"{case}: {name} has {count} atomics"
