@@ -45,9 +45,9 @@ def _codes(interpolation_mode, padding_mode, displacement_units):
 def _describe(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
               displacement_units) -> _calls.Warp:
     """The forward's checked description (every device, and the fake)."""
-    operands = _operands(input=input, theta=theta, displacement=displacement)
+    ops = _operands(input=input, theta=theta, displacement=displacement)
     mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
-    return _calls.warp(*operands, list(size), mode, padding, align_corners, units,
+    return _calls.warp(ops[0], ops[1], ops[2], list(size), mode, padding, align_corners, units,
                        _common.layout(input), shape_order="NCDHW", dialect=_common.TORCH)
 
 
@@ -55,10 +55,10 @@ def _describe(input, theta, displacement, size, interpolation_mode, padding_mode
 def _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
                        padding_mode, align_corners, displacement_units,
                        output_mask) -> _calls.Warp:
-    operands = _operands(grad_output=grad_output, input=input, theta=theta,
-                         displacement=displacement)
+    ops = _operands(grad_output=grad_output, input=input, theta=theta,
+                    displacement=displacement)
     mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
-    return _calls.warp_backward(*operands, mode, padding, align_corners, units, output_mask,
+    return _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding, align_corners, units, output_mask,
                                 _common.layout(input), shape_order="NCDHW",
                                 dialect=_common.TORCH)
 
