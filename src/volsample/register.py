@@ -10,6 +10,8 @@ and matplotlib are imported only when needed. Command-line reference: docs/cli.m
 """
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import dataclasses
 import os
@@ -221,7 +223,7 @@ class _Volume:
 
     name: str
     data: np.ndarray
-    image: object = None
+    image: Any = None
 
     @property
     def affine(self) -> np.ndarray:
