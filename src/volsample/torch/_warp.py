@@ -13,6 +13,8 @@ derivative ops run on it. Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .. import _calls, _config, _coords
@@ -321,8 +323,10 @@ class _Warp3dBackward(torch.autograd.Function):
 _common.set_autograd_kernels({"warp_3d": _Warp3d, "warp_3d_backward": _Warp3dBackward})
 
 
-def warp(input, theta=None, displacement=None, size=None, mode="bilinear", padding_mode="zeros",
-         align_corners=False, *, displacement_units="normalized"):
+def warp(input: torch.Tensor, theta: torch.Tensor | None = None,
+         displacement: torch.Tensor | None = None, size: Sequence[int] | None = None,
+         mode: str = "bilinear", padding_mode: str = "zeros", align_corners: bool = False, *,
+         displacement_units: str = "normalized") -> torch.Tensor:
     """Sample a volume at an affine map plus a displacement, ``A x + u(x)``, with no grid:
     ``F.grid_sample(input, F.affine_grid(theta, size, align_corners) + displacement, mode,
     padding_mode, align_corners)`` without forming that grid, differentiable in ``input``,
