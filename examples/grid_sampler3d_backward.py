@@ -8,6 +8,7 @@ prints the nine values of inputGrad, then the twelve of gridGrad:
     inputGrad: 0.25, 0, 0, 0.5, 0, 0, 0.125, 0.5, 0
     gridGrad:  0.75, 0.75, -0.125, 2.625, -2.625, 0.875, 6, 2.25, -1, 0.75, -12, -2
 """
+
 import sys
 
 import numpy as np
@@ -22,7 +23,9 @@ def run():
     align_corners = False
     grad_output_data = np.ones((1, 1, 1, 2, 2), np.float32)
     input_data = np.arange(1, 10, dtype=np.float32).reshape(1, 1, 1, 3, 3)
-    grid_data = np.array([-1, -1, 0, -1, 1, -1, -1, 0, 0, 0, 1, 0], np.float32).reshape(1, 1, 2, 2, 3)
+    grid_data = np.array([-1, -1, 0, -1, 1, -1, -1, 0, 0, 0, 1, 0], np.float32).reshape(
+        1, 1, 2, 2, 3
+    )
     input_grad_data = np.zeros((1, 1, 1, 3, 3), np.float32)  # the outputs: caller's memory
     grid_grad_data = np.zeros((1, 1, 2, 2, 3), np.float32)
 
@@ -34,17 +37,28 @@ def run():
     output_mask = aclnn.aclCreateBoolArray([True, True])
 
     status, workspace_size, executor = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(
-        grad_output, input_tensor, grid, interpolation_mode, padding_mode, align_corners, output_mask,
-        input_grad, grid_grad)
+        grad_output,
+        input_tensor,
+        grid,
+        interpolation_mode,
+        padding_mode,
+        align_corners,
+        output_mask,
+        input_grad,
+        grid_grad,
+    )
     if status != aclnn.ACLNN_SUCCESS:
-        raise RuntimeError(f"aclnnGridSampler3DBackwardGetWorkspaceSize failed. ERROR: {status}\n"
-                           f"{aclnn.aclGetRecentErrMsg()}")
+        raise RuntimeError(
+            f"aclnnGridSampler3DBackwardGetWorkspaceSize failed. ERROR: {status}\n"
+            f"{aclnn.aclGetRecentErrMsg()}"
+        )
     workspace = aclnn.aclrtMalloc(workspace_size) if workspace_size > 0 else None
     stream = aclnn.aclrtCreateStream()
     status = aclnn.aclnnGridSampler3DBackward(workspace, workspace_size, executor, stream)
     if status != aclnn.ACLNN_SUCCESS:
-        raise RuntimeError(f"aclnnGridSampler3DBackward failed. ERROR: {status}\n"
-                           f"{aclnn.aclGetRecentErrMsg()}")
+        raise RuntimeError(
+            f"aclnnGridSampler3DBackward failed. ERROR: {status}\n{aclnn.aclGetRecentErrMsg()}"
+        )
     aclnn.aclrtSynchronizeStream(stream)
 
     for obj in (grad_output, input_tensor, grid, input_grad, grid_grad):

@@ -7,6 +7,7 @@ receives the sum of its eight outputs. Run it with
 
     36, 100, 164, 228
 """
+
 import sys
 
 import numpy as np
@@ -29,16 +30,21 @@ def run():
     input_size = aclnn.aclCreateIntArray(input_size_data)
 
     status, workspace_size, executor = aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(
-        grad_out, output_size, input_size, align_corners, scales_d, scales_h, scales_w, grad_input)
+        grad_out, output_size, input_size, align_corners, scales_d, scales_h, scales_w, grad_input
+    )
     if status != aclnn.ACLNN_SUCCESS:
-        raise RuntimeError(f"aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize failed. ERROR: {status}\n"
-                           f"{aclnn.aclGetRecentErrMsg()}")
+        raise RuntimeError(
+            f"aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize failed. ERROR: {status}\n"
+            f"{aclnn.aclGetRecentErrMsg()}"
+        )
     workspace = aclnn.aclrtMalloc(workspace_size) if workspace_size > 0 else None
     stream = aclnn.aclrtCreateStream()
     status = aclnn.aclnnUpsampleTrilinear3dBackward(workspace, workspace_size, executor, stream)
     if status != aclnn.ACLNN_SUCCESS:
-        raise RuntimeError(f"aclnnUpsampleTrilinear3dBackward failed. ERROR: {status}\n"
-                           f"{aclnn.aclGetRecentErrMsg()}")
+        raise RuntimeError(
+            f"aclnnUpsampleTrilinear3dBackward failed. ERROR: {status}\n"
+            f"{aclnn.aclGetRecentErrMsg()}"
+        )
     aclnn.aclrtSynchronizeStream(stream)
 
     aclnn.aclDestroyTensor(grad_out)

@@ -469,4 +469,11 @@ def test_progress_bar_counts_to_the_end(capsys):
         bar.step(label)
     bar.close()
     err = capsys.readouterr().err
-    assert "3/3 level 2/2 similarity 0.5" in err and err.endswith("\n")
+    assert "3/3" in err and "level 2/2 similarity 0.5" in err and err.endswith("\n")
+
+
+def test_progress_bar_disabled_prints_nothing(capsys):
+    bar = ProgressBar(total=3, enabled=False)
+    bar.step("level 1/2")
+    bar.close()
+    assert capsys.readouterr().err == ""

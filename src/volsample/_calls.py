@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 import numpy as np
 
@@ -78,7 +79,7 @@ class GridSample:
     padding: int
     align_corners: bool
     layout: str = "NCDHW"         # memory order of the volumes
-    output_mask: tuple[bool, bool] = (True, True)  # the backward's (grad_input, grad_grid)
+    output_mask: tuple[bool, ...] = (True, True)  # the backward's (grad_input, grad_grid)
 
     @property
     def output_shape(self) -> tuple[int, ...]:
@@ -164,7 +165,7 @@ class Warp:
     layout: str = "NCDHW"            # memory order of the volumes
     # The backward's (grad_input, grad_theta, grad_displacement); never one of an absent
     # operand.
-    output_mask: tuple[bool, bool, bool] = (True, True, True)
+    output_mask: tuple[bool, ...] = (True, True, True)
 
     @property
     def output_shape(self) -> tuple[int, ...]:
@@ -198,7 +199,8 @@ class Warp:
         if self.units != VOXELS:
             return (1.0, 1.0, 1.0)
         D, H, W = self.input_shape[2:]
-        return tuple(_coords.voxel_step(size, self.align_corners) for size in (W, H, D))
+        x, y, z = (_coords.voxel_step(size, self.align_corners) for size in (W, H, D))
+        return (x, y, z)
 
     @property
     def sample(self) -> GridSample:
@@ -244,15 +246,12 @@ def warp(input: Operand, theta: Operand | None, displacement: Operand | None, si
     align_corners = _checks.boolean("align_corners", align_corners)
     input_shape = _volume(input, order, dialect, labels and mode == NEAREST)
     _checks.nonempty_spatial(input.name, input_shape[2:])
-    coord_dtype = None
-    for op in (theta, displacement):
-        if op is None:
-            continue
+    coords = [op for op in (theta, displacement) if op is not None]
+    for op in coords:
         # (the input's dtype is supported, so coordinates that go with it are too)
         _checks.grid_dtype(op.name, op.dtype, input.name, input.dtype, dialect.spell)
-        if coord_dtype is not None:
-            _checks.same_dtype(op.name, op.dtype, theta.name, coord_dtype, dialect.spell)
-        coord_dtype = op.dtype
+        _checks.same_dtype(op.name, op.dtype, coords[0].name, coords[0].dtype, dialect.spell)
+    coord_dtype = coords[0].dtype if coords else None
     if coord_dtype is None:  # no coordinates given: computed in the volume's precision
         coord_dtype = (_dtypes.FLOAT32 if input.dtype in _dtypes.LABELS
                        else _dtypes.compute_dtype(input.dtype))

@@ -126,7 +126,7 @@ def positive_int(name: str, value) -> int:
         raise InvalidArgumentError(
             f"{name}: expected a positive integer, got {type(value).__name__} {value!r}",
             argument=name, kind="type", value=value)
-    if value <= 0 or value > MAX_SIZE:
+    if not 0 < int(value) <= MAX_SIZE:  # int(): the numbers ABCs declare no comparisons
         raise InvalidArgumentError(f"{name}: expected a positive integer <= 2**40, got {value}",
                                    argument=name, kind=_bound(value, 1), value=value)
     return int(value)
@@ -148,7 +148,7 @@ def int_sequence(name: str, value, length: int, minimum: int) -> tuple[int, ...]
             raise InvalidArgumentError(
                 f"{name}: expected integers, got {type(v).__name__} {v!r} in {value!r}",
                 argument=name, kind="type", value=value)
-        if v < minimum or v > MAX_SIZE:
+        if not minimum <= int(v) <= MAX_SIZE:
             raise InvalidArgumentError(
                 f"{name}: expected integers in [{minimum}, 2**40], got {v} in {value!r}",
                 argument=name, kind=_bound(v, minimum), value=value)

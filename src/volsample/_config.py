@@ -14,7 +14,7 @@ _deterministic = True
 
 
 def set_num_threads(n: int) -> None:
-    """Set how many CPU threads volsample kernels use (1 .. the machine's count)."""
+    """Set how many CPU threads volsample kernels use, from 1 to the machine's count."""
     global _num_threads
     if isinstance(n, bool) or not isinstance(n, int):
         raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__} {n!r}")

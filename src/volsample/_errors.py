@@ -30,7 +30,8 @@ class VolsampleError(Exception):
     """Base class of every error volsample raises on bad input. ``argument``, ``kind`` (one
     of the kinds above) and ``value`` say what was wrong, where the check knows it."""
 
-    def __init__(self, message, *, argument=None, kind=None, value=None):
+    def __init__(self, message: str, *, argument: str | None = None, kind: str | None = None,
+                 value: object = None) -> None:
         super().__init__(message)
         self.argument, self.kind, self.value = argument, kind, value
 

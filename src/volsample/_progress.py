@@ -1,27 +1,25 @@
-"""A one-line progress bar on stderr, shared by the long-running commands."""
+"""The progress bar of the long-running commands (bench, register, demo): tqdm on stderr."""
 from __future__ import annotations
 
 import sys
-import time
+
+from tqdm import tqdm
 
 
 class ProgressBar:
-    """``step(label)`` after each unit of work; redrawn at most ten times a second."""
+    """``step(label)`` after each unit of work, ``close()`` at the end.
+
+    Drawn only when ``enabled`` (the commands pass ``enabled`` only when stderr is a
+    terminal, so logs and pipes stay clean) and there is work to count.
+    """
 
     def __init__(self, total: int, enabled: bool = True):
-        self.total, self.enabled = total, enabled and total > 0
-        self.done, self._last_draw = 0, 0.0
+        self._bar = tqdm(total=total, disable=not (enabled and total > 0), file=sys.stderr,
+                         dynamic_ncols=True, mininterval=0.1)
 
     def step(self, label: str = "") -> None:
-        self.done += 1
-        now = time.monotonic()
-        if self.enabled and (now - self._last_draw > 0.1 or self.done == self.total):
-            self._last_draw = now
-            filled = 30 * self.done // self.total
-            sys.stderr.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} "
-                             f"{label[:60]:<60}")
-            sys.stderr.flush()
+        self._bar.set_postfix_str(label, refresh=False)
+        self._bar.update()
 
     def close(self) -> None:
-        if self.enabled and self.done:
-            sys.stderr.write("\n")
+        self._bar.close()

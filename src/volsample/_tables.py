@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import Generic, TypeVar
 
 from ._errors import InvalidArgumentError
 
@@ -30,17 +32,20 @@ class Mode(Choice):
     grid_gradient: bool = True  # False: piecewise constant, grad_grid is exactly 0
 
 
-class Table:
+C = TypeVar("C", bound=Choice)
+
+
+class Table(Generic[C]):
     """The choices of one argument, found by name, kernel integer or CANN integer."""
 
-    def __init__(self, argument: str, choices):
+    def __init__(self, argument: str, choices: Iterable[C]):
         self.argument = argument
         self.choices = tuple(choices)
         self._by_name = {c.name: c for c in self.choices}
         self._by_code = {c.code: c for c in self.choices}
         self._by_cann = {c.cann: c for c in self.choices if c.cann is not None}
 
-    def __getitem__(self, name: str) -> Choice:
+    def __getitem__(self, name: str) -> C:
         return self._by_name[name]
 
     def names(self) -> tuple[str, ...]:
@@ -71,7 +76,7 @@ class Table:
                                        argument=argument, kind="choice", value=value)
         return self._by_cann[value].code
 
-    def of(self, code: int) -> Choice:
+    def of(self, code: int) -> C:
         """The choice of a (checked) kernel integer."""
         return self._by_code[code]
 

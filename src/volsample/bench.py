@@ -35,7 +35,7 @@ import json
 import platform
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -121,7 +121,7 @@ def _have(module):
 
 def peer_versions() -> dict:
     """{peer: version string, or None when it is not installed}."""
-    versions = {}
+    versions: dict[str, str | None] = {}
     for peer, module in _PEER_MODULES.items():
         if not _have(module):
             versions[peer] = None
@@ -631,7 +631,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: volsample's current count)")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the ratios")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (shown by default when stderr is a terminal)")
 
 
 def select(workloads, quick=False, pattern=None):
@@ -647,7 +647,7 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"no workload matches {args.filter!r}", file=sys.stderr)
         return 2
     threads = args.threads or volsample.get_num_threads()
-    results = run(workloads, threads, progress=not args.no_progress)
+    results = run(workloads, threads, progress=not args.no_progress and sys.stderr.isatty())
     print(f"volsample {volsample.__version__}, {threads} threads; ratios are peer time / "
           f"volsample time (above 1: volsample is faster); medians of repeats, warm-up excluded")
     print("peers: " + ", ".join(f"{peer} {version or '(not installed)'}"

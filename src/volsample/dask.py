@@ -21,10 +21,13 @@ import dataclasses
 import math
 import mmap
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import dask
 import dask.array as da
 import numpy as np
+import numpy.typing as npt
 
 from . import _calls, _checks, _coords, _dtypes, _layout
 from ._cpu import grid_sample as _backend
@@ -36,7 +39,8 @@ from ._tables import BORDER, MODES, PADDINGS, REFLECTION
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
 
 
-def sampling_grid(displacement, volume_shape, align_corners=True, dtype=np.float32):
+def sampling_grid(displacement: np.ndarray, volume_shape: Sequence[int],
+                  align_corners: bool = True, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     """The normalised grid that ``warp`` samples at, for a NumPy displacement.
 
     ``identity + displacement * scale`` computed in ``dtype``, where, per channel (x, y, z)
@@ -51,8 +55,9 @@ def sampling_grid(displacement, volume_shape, align_corners=True, dtype=np.float
                        align_corners, np.dtype(dtype))
 
 
-def warp(volume, displacement, mode="bilinear", padding_mode="border", align_corners=True,
-         *, chunks=None):
+def warp(volume: da.Array | np.ndarray, displacement: da.Array | np.ndarray,
+         mode: str = "bilinear", padding_mode: str = "border", align_corners: bool = True,
+         *, chunks: Any = None) -> da.Array:
     """Warp a dask-array volume by a displacement field, chunk by chunk.
 
     Parameters
@@ -141,7 +146,7 @@ def _grid_block(displacement, origin, out_shape, in_shape, align_corners, dtype)
     """``sampling_grid`` of the output block starting at ``origin`` (D, H, W), given the
     displacement there: the identity's values are those of the whole grid, sliced."""
     axes = []
-    for start, n_block, n, size in zip(origin, displacement.shape[1:4], out_shape, in_shape):
+    for start, n_block, n in zip(origin, displacement.shape[1:4], out_shape):
         if align_corners:
             identity = np.linspace(-1, 1, n, dtype=dtype)
         else:

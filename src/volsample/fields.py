@@ -11,6 +11,7 @@ a worked example: docs/fields.md.
 """
 from __future__ import annotations
 
+
 import numpy as np
 
 from . import _checks, _dtypes, _fields
@@ -30,7 +31,7 @@ def _field(name, value):
     return array
 
 
-def compose(u, v, padding_mode="zeros"):
+def compose(u: np.ndarray, v: np.ndarray, padding_mode: str = "zeros") -> np.ndarray:
     """The displacement of "v, then u": each point moves by v, then by u from there.
 
     ``w(x) = v(x) + u(x + v(x))``, u read trilinearly at the moved points. Warping with w
@@ -63,7 +64,7 @@ def compose(u, v, padding_mode="zeros"):
     return _fields.compose(_sample, u, v, padding_mode)
 
 
-def integrate_velocity(v, steps=7, padding_mode="zeros"):
+def integrate_velocity(v: np.ndarray, steps: int = 7, padding_mode: str = "zeros") -> np.ndarray:
     """The displacement of a stationary velocity field by scaling and squaring.
 
     ``u = v / 2**steps``, then ``steps`` times ``u = compose(u, u)``: the displacement
@@ -89,7 +90,7 @@ def integrate_velocity(v, steps=7, padding_mode="zeros"):
     return _fields.integrate_velocity(_sample, v, steps, padding_mode)
 
 
-def jacobian_determinant(u):
+def jacobian_determinant(u: np.ndarray) -> np.ndarray:
     """det(I + du/dx) of a displacement at every voxel: below 0 where the map folds.
 
     The derivatives are finite differences per voxel: central, ``(u[i+1] - u[i-1]) / 2``,

@@ -6,15 +6,19 @@ description (``_calls``), which the C++ backend runs. Semantics: docs/semantics.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from . import _calls, _checks, _layout
 from ._cpu import grid_sample as _backend
 from ._tables import MODES, PADDINGS
 
 
-def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False,
-                   *, layout="NCDHW"):
+def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
+                   padding_mode: str = "zeros", align_corners: bool = False, *,
+                   layout: str = "NCDHW") -> np.ndarray:
     """Sample a volume at the points of a grid (trilinear or nearest).
 
     Parameters
@@ -61,8 +65,12 @@ def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_cor
     return _layout.physical(out, call.layout)
 
 
-def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_mode="zeros",
-                            align_corners=False, output_mask=(True, True), *, layout="NCDHW"):
+def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np.ndarray,
+                            mode: str = "bilinear", padding_mode: str = "zeros",
+                            align_corners: bool = False,
+                            output_mask: Sequence[bool] = (True, True), *,
+                            layout: str = "NCDHW"
+                            ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """Gradients of ``grid_sample_3d`` with respect to ``input`` and ``grid``.
 
     Parameters
@@ -87,12 +95,11 @@ def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_m
     for nearest sampling and for non-finite grid points.
     """
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
-    arrays = [_checks.ndarray(name, value) for name, value in
-              (("grad_output", grad_output), ("input", input), ("grid", grid))]
+    grad_output, input, grid = (_checks.ndarray(name, value) for name, value in
+                                (("grad_output", grad_output), ("input", input), ("grid", grid)))
     call = _calls.grid_sample_backward(
-        *(_calls.operand(name, a) for name, a in zip(("grad_output", "input", "grid"), arrays)),
-        mode, padding_mode, align_corners, output_mask, layout)
-    grad_output, input, grid = arrays
+        _calls.operand("grad_output", grad_output), _calls.operand("input", input),
+        _calls.operand("grid", grid), mode, padding_mode, align_corners, output_mask, layout)
     want_input, want_grid = call.output_mask
     grad_input = _layout.empty(call.input_shape, call.dtype, call.layout) if want_input else None
     grad_grid = _layout.aligned_empty(call.grid_shape, call.grid_dtype) if want_grid else None
@@ -103,8 +110,10 @@ def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_m
     return grad_input, grad_grid
 
 
-def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
-                              output_mask=(True, True), threads=None):
+def backward_workspace_nbytes(input_shape: Sequence[int], grid_shape: Sequence[int],
+                              dtype: npt.DTypeLike, grid_dtype: npt.DTypeLike | None = None,
+                              output_mask: Sequence[bool] = (True, True),
+                              threads: int | None = None) -> int:
     """Bytes of scratch memory ``grid_sample_3d_backward`` allocates beyond its results.
 
     ``input_shape`` is logical (N, C, D, H, W); ``grid_shape`` is (N, Do, Ho, Wo, 3);
@@ -117,5 +126,5 @@ def backward_workspace_nbytes(input_shape, grid_shape, dtype, grid_dtype=None,
     grid_dtype = np.dtype(grid_dtype if grid_dtype is not None else dtype)
     call = _calls.GridSample(tuple(input_shape), tuple(grid_shape), dtype, grid_dtype,
                              MODES.code("bilinear"), PADDINGS.code("zeros"), False,
-                             output_mask=tuple(output_mask))
+                             output_mask=_checks.output_mask(output_mask))
     return int(_backend.workspace_nbytes(call, threads))

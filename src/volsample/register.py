@@ -10,6 +10,8 @@ and matplotlib are imported only when needed. Command-line reference: docs/cli.m
 """
 from __future__ import annotations
 
+from typing import Any
+
 import argparse
 import dataclasses
 import os
@@ -221,7 +223,7 @@ class _Volume:
 
     name: str
     data: np.ndarray
-    image: object = None
+    image: Any = None
 
     @property
     def affine(self) -> np.ndarray:
@@ -257,7 +259,7 @@ def _read(path, what) -> _Volume:
         raise CommandError(f"{what}: no such file: {path!r}")
     nib = _nibabel() if nifti else None
     try:
-        if nifti:
+        if nib is not None:
             image = nib.load(path)
             data = np.asarray(image.dataobj)
         else:

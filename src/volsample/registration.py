@@ -36,9 +36,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _dtypes
 from ._checks import InvalidArgumentError
@@ -46,7 +48,7 @@ from .grid_sample import grid_sample_3d
 from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
 from .warp import warp_3d, warp_3d_backward
 
-_SAMPLING = dict(padding_mode="border", align_corners=True)  # of every image warp
+_SAMPLING: dict[str, Any] = dict(padding_mode="border", align_corners=True)  # of every image warp
 _NCC_EPS = 1e-5  # keeps the local NCC finite (and 0) in flat windows
 _MIN_LEVEL_SIZE = 8  # coarse pyramid levels keep at least this many voxels per axis
 
@@ -56,7 +58,7 @@ _MIN_LEVEL_SIZE = 8  # coarse pyramid levels keep at least this many voxels per 
 # ---------------------------------------------------------------------------------------
 
 
-def identity_grid(shape, dtype=np.float32) -> np.ndarray:
+def identity_grid(shape: Sequence[int], dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     """The identity sampling grid of a (D, H, W) volume, shape (1, D, H, W, 3).
 
     Channels are (x, y, z) in [-1, 1], the centres of the corner voxels at +-1
@@ -66,14 +68,14 @@ def identity_grid(shape, dtype=np.float32) -> np.ndarray:
     return np.stack([x, y, z], axis=-1)[None]
 
 
-def voxel_to_normalised(shape, dtype=np.float32) -> np.ndarray:
+def voxel_to_normalised(shape: Sequence[int], dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     """Per-channel (x, y, z) factors turning voxel displacements of a (D, H, W) volume
     into normalised ones (align_corners=True): ``2 / (size - 1)``."""
     D, H, W = shape
     return np.array([2 / (W - 1), 2 / (H - 1), 2 / (D - 1)], dtype)
 
 
-def dense_displacement(control: np.ndarray, shape) -> np.ndarray:
+def dense_displacement(control: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     """The dense displacement of a control grid, shape (1, D, H, W, 3).
 
     ``control`` has shape (1, cd, ch, cw, 3) (channels last, as the grid): each channel is
@@ -101,13 +103,13 @@ def warp(volume: np.ndarray, displacement: np.ndarray, mode: str = "bilinear",
     return grid_sample_3d(volume[None, None], grid, mode=mode, **_SAMPLING)[0, 0]
 
 
-def control_shape(shape, spacing: float) -> tuple[int, int, int]:
+def control_shape(shape: Sequence[int], spacing: float) -> tuple[int, ...]:
     """Control-grid size covering a (D, H, W) volume with points ``spacing`` voxels apart
     (at least 2 per axis, so that the corners carry points)."""
     return tuple(max(2, math.ceil((n - 1) / spacing) + 1) for n in shape)
 
 
-def refine(control: np.ndarray, size) -> np.ndarray:
+def refine(control: np.ndarray, size: Sequence[int]) -> np.ndarray:
     """A control grid resampled to ``size`` points per axis describing (nearly, exactly
     when each cell is split in two) the same dense displacement."""
     if tuple(size) == control.shape[1:4]:
@@ -153,7 +155,7 @@ class Frame:
     centre: np.ndarray  # C, 4x4
 
     @classmethod
-    def of(cls, fixed_shape, fixed_affine, moving_shape, moving_affine) -> "Frame":
+    def of(cls, fixed_shape, fixed_affine, moving_shape, moving_affine) -> Frame:
         centre = np.eye(4)
         centre[:3, 3] = (fixed_affine @ np.append((np.array(fixed_shape) - 1) / 2, 1))[:3]
         left = np.linalg.inv(grid_to_voxel(moving_shape)) @ np.linalg.inv(moving_affine) @ centre
@@ -264,7 +266,7 @@ def _similarity(metric, window):
     return function, sign
 
 
-def smoothness(control: np.ndarray, spacing) -> tuple[float, np.ndarray]:
+def smoothness(control: np.ndarray, spacing: Sequence[float]) -> tuple[float, np.ndarray]:
     """Diffusion penalty of a control grid and its gradient.
 
     ``sum over axes a of mean((diff_a u / h_a)^2)``: finite differences of the control
@@ -338,7 +340,9 @@ def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, 
 
 
 def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc",
-              weight: float = 0.0, *, theta=None, full_shape=None, window: int = 5):
+              weight: float = 0.0, *, theta: np.ndarray | None = None,
+              full_shape: Sequence[int] | None = None,
+              window: int = 5) -> tuple[float, np.ndarray, float]:
     """The deformable stage's objective at one resolution, and its gradient.
 
     Parameters
@@ -395,7 +399,8 @@ class Adam:
     """Adam (Kingma & Ba) updating one array in place; ``lr`` is a number or an array of
     steps per parameter (broadcast against it)."""
 
-    def __init__(self, params: np.ndarray, lr, betas=(0.9, 0.999), eps: float = 1e-8):
+    def __init__(self, params: np.ndarray, lr: float | np.ndarray,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
         self.m = np.zeros_like(params)
         self.v = np.zeros_like(params)
@@ -476,8 +481,10 @@ class RegistrationResult:
 DEFAULT_WEIGHTS = {"mse": 0.001, "ncc": 0.1}  # smoothness weight per loss
 
 
-def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *, fixed_affine=None,
-             moving_affine=None, levels: int = 3, iterations=100, affine_iterations=None,
+def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
+             fixed_affine: np.ndarray | None = None, moving_affine: np.ndarray | None = None,
+             levels: int = 3, iterations: int | Sequence[int] = 100,
+             affine_iterations: int | Sequence[int] | None = None,
              grid_spacing: float = 4.0, weight: float | None = None, lr: float = 0.25,
              affine_lr: float = 0.01, window: int = 5,
              callback: Callable[[str, int, int, float, float], None] | None = None
@@ -705,7 +712,7 @@ def phantom(points: np.ndarray, edge: float) -> tuple[np.ndarray, np.ndarray]:
     return image, labels
 
 
-def smooth_deformation(shape, amplitude: float, seed: int = 0) -> np.ndarray:
+def smooth_deformation(shape: Sequence[int], amplitude: float, seed: int = 0) -> np.ndarray:
     """A smooth random displacement of a (D, H, W) volume, (1, D, H, W, 3) in voxels,
     channels (x, y, z): per channel a product of low-frequency sines, peak ``amplitude``."""
     rng = np.random.default_rng(seed)
@@ -733,7 +740,7 @@ class SyntheticPair:
     displacement: np.ndarray
 
 
-def synthetic_pair(shape=(64, 64, 64), amplitude: float | None = None, seed: int = 0
+def synthetic_pair(shape: Sequence[int] = (64, 64, 64), amplitude: float | None = None, seed: int = 0
                    ) -> SyntheticPair:
     """A phantom (moving) and the same phantom under a known smooth deformation (fixed).
 

@@ -9,7 +9,10 @@ change is copied. Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from . import _calls, _checks, _layout
 from ._cpu import upsample as _backend
@@ -22,8 +25,10 @@ def _shapes_call(input_shape, output_shape, dtype, align_corners, scales, layout
                            bool(align_corners), tuple(scales), _layout.check(layout))
 
 
-def forward_workspace_nbytes(input_shape, output_size, dtype, align_corners=False,
-                            scale_factor=None, *, layout="NCDHW", threads=None):
+def forward_workspace_nbytes(input_shape: Sequence[int], output_size: Sequence[int],
+                            dtype: npt.DTypeLike, align_corners: bool = False,
+                            scale_factor: float | Sequence[float] | None = None, *,
+                            layout: str = "NCDHW", threads: int | None = None) -> int:
     """Bytes of scratch memory ``upsample_trilinear_3d`` allocates beyond its result.
 
     ``input_shape`` is logical (N, C, Di, Hi, Wi) and ``output_size`` (Do, Ho, Wo); the
@@ -40,8 +45,10 @@ def forward_workspace_nbytes(input_shape, output_size, dtype, align_corners=Fals
     return _backend.workspace_nbytes(call, backward=False, threads=threads)
 
 
-def backward_workspace_nbytes(grad_output_shape, input_size, dtype, align_corners=False,
-                              scales=None, *, layout="NCDHW", threads=None):
+def backward_workspace_nbytes(grad_output_shape: Sequence[int], input_size: Sequence[int],
+                              dtype: npt.DTypeLike, align_corners: bool = False,
+                              scales: Sequence[float | None] | None = None, *,
+                              layout: str = "NCDHW", threads: int | None = None) -> int:
     """Bytes of scratch memory ``upsample_trilinear_3d_backward`` allocates beyond its result.
 
     ``grad_output_shape`` is logical (N, C, Do, Ho, Wo) and ``input_size`` (N, C, Di, Hi,
@@ -54,8 +61,9 @@ def backward_workspace_nbytes(grad_output_shape, input_size, dtype, align_corner
     return _backend.workspace_nbytes(call, backward=True, threads=threads)
 
 
-def upsample_trilinear_3d(input, size=None, scale_factor=None, align_corners=False,
-                          *, layout="NCDHW"):
+def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = None,
+                          scale_factor: float | Sequence[float] | None = None,
+                          align_corners: bool = False, *, layout: str = "NCDHW") -> np.ndarray:
     """Resize a volume by trilinear interpolation.
 
     Parameters
@@ -101,8 +109,10 @@ def upsample_trilinear_3d(input, size=None, scale_factor=None, align_corners=Fal
     return _layout.physical(out, call.layout)
 
 
-def upsample_trilinear_3d_backward(grad_output, input_size, align_corners=False, scales=None,
-                                   *, layout="NCDHW"):
+def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence[int],
+                                   align_corners: bool = False,
+                                   scales: Sequence[float | None] | None = None, *,
+                                   layout: str = "NCDHW") -> np.ndarray:
     """Gradient of ``upsample_trilinear_3d`` with respect to its input.
 
     Parameters

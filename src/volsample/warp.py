@@ -12,6 +12,9 @@ Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+
 import numpy as np
 
 from . import _calls, _checks, _layout
@@ -28,9 +31,10 @@ def _operand(name, array):
     return None if array is None else _calls.operand(name, array)
 
 
-def warp_3d(input, theta=None, displacement=None, size=None, mode="bilinear",
-            padding_mode="zeros", align_corners=False, *, layout="NCDHW",
-            displacement_units="normalized"):
+def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
+            displacement: np.ndarray | None = None, size: Sequence[int] | None = None,
+            mode: str = "bilinear", padding_mode: str = "zeros", align_corners: bool = False, *,
+            layout: str = "NCDHW", displacement_units: str = "normalized") -> np.ndarray:
     """Sample a volume at an affine map plus a displacement, ``A x + u(x)``, with no grid.
 
     The result is what ``grid_sample_3d(input, grid, mode, padding_mode, align_corners)``
@@ -82,17 +86,21 @@ def warp_3d(input, theta=None, displacement=None, size=None, mode="bilinear",
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
     units = UNITS.code(displacement_units)
     a = _arrays(input=input, theta=theta, displacement=displacement)
-    call = _calls.warp(*(_operand(name, v) for name, v in a.items()), size, mode, padding_mode,
-                       align_corners, units, layout, labels=True)
+    ops = [_operand(name, v) for name, v in a.items()]
+    call = _calls.warp(ops[0], ops[1], ops[2], size, mode, padding_mode, align_corners, units,
+                       layout, labels=True)
     out = _layout.empty(call.output_shape, call.dtype, call.layout)
     _backend.forward(call, _layout.logical(a["input"], call.layout), a["theta"],
                      a["displacement"], out)
     return _layout.physical(out, call.layout)
 
 
-def warp_3d_backward(grad_output, input, theta=None, displacement=None, mode="bilinear",
-                     padding_mode="zeros", align_corners=False, output_mask=(True, True, True),
-                     *, layout="NCDHW", displacement_units="normalized"):
+def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarray | None = None,
+                     displacement: np.ndarray | None = None, mode: str = "bilinear",
+                     padding_mode: str = "zeros", align_corners: bool = False,
+                     output_mask: Sequence[bool] = (True, True, True), *,
+                     layout: str = "NCDHW", displacement_units: str = "normalized"
+                     ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """Gradients of ``warp_3d`` with respect to ``input``, ``theta`` and ``displacement``.
 
     Parameters
@@ -123,8 +131,9 @@ def warp_3d_backward(grad_output, input, theta=None, displacement=None, mode="bi
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
     units = UNITS.code(displacement_units)
     a = _arrays(grad_output=grad_output, input=input, theta=theta, displacement=displacement)
-    call = _calls.warp_backward(*(_operand(name, v) for name, v in a.items()), mode,
-                                padding_mode, align_corners, units, output_mask, layout)
+    ops = [_operand(name, v) for name, v in a.items()]
+    call = _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding_mode,
+                                align_corners, units, output_mask, layout)
     want_input, want_theta, want_displacement = call.output_mask
     grad_input = _layout.empty(call.input_shape, call.dtype, call.layout) if want_input else None
     grad_theta = np.empty(call.theta_shape, call.coord_dtype) if want_theta else None

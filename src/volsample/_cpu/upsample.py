@@ -16,7 +16,7 @@ from .. import _config, _dtypes
 from . import _kernels, operand
 
 
-def _scales(scales) -> tuple[float, float, float]:
+def _scales(scales) -> tuple[float, ...]:
     return tuple(float(s) if s is not None and s > 0 else 0.0 for s in scales)
 
 

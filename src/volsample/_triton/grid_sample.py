@@ -24,6 +24,8 @@ over channels in a fixed order.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import dataclasses
 
 import torch
@@ -410,7 +412,7 @@ def _gather_input_grad_kernel(
         cell = _cell_id(n, z + ez, y + ey, x + ex, D, H, W, MODE)
         first = tl.load(starts + cell, mask=vmask, other=0).to(INDEX)
         end = tl.load(starts + cell + 1, mask=vmask, other=0).to(INDEX)
-        for j in range(0, tl.max(end - first)):
+        for j in range(tl.max(end - first)):
             at = first + j
             m = at < end
             p = tl.load(order + at, mask=m, other=0).to(INDEX)
@@ -562,7 +564,7 @@ def sample_backward(grad_output, input, coords: Coordinates, mode: int, padding_
                                     (grad_output,),
                                     (3 * points, _cells(N, D, H, W, mode) + 1, input.numel()))
     block_p, _ = _points_tile(input)
-    sinks = dict(grad_field=grad_field if run_field else None,
+    sinks: dict[str, Any] = dict(grad_field=grad_field if run_field else None,
                  partials=(torch.empty((programs(N, Do * Ho * Wo, block_p)[0], 12),
                                        dtype=compute, device=device) if run_theta else None))
     if not want_input:

@@ -160,7 +160,7 @@ def _adjoint_pass_kernel(src, dst, starts, index, weight,
     # -0.0 makes the first fma a plain product, as the CPU computes it; a row without
     # entries is written as +0.
     acc = tl.full((BLOCK_P, BLOCK_C), -0.0, COMPUTE)
-    for j in range(0, tl.max(end - first)):
+    for j in range(tl.max(end - first)):
         k = first + j
         m = k < end
         o = tl.load(index + k, mask=m, other=0).to(INDEX)

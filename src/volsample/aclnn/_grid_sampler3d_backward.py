@@ -22,6 +22,9 @@ the rules only aclnn has (``_runtime``); a passing call becomes the op layer's d
 from __future__ import annotations
 
 import functools
+from typing import Any
+
+import numpy as np
 
 from .. import _calls, _checks
 from .._cpu import grid_sample as _backend
@@ -35,7 +38,8 @@ def _requested(outputMask) -> tuple[bool, bool]:
     return (False, False) if outputMask is None else outputMask.values
 
 
-def _check(tensors, interpolationMode, paddingMode, alignCorners, outputMask):
+def _check(tensors, interpolationMode, paddingMode, alignCorners, outputMask
+           ) -> tuple[int, int] | None:
     """Phase one's checks in CANN's order; the kernel integers of the modes, or None when
     the mask asks for nothing (CANN returns before its checks)."""
     # The kinds of the Python arguments.
@@ -87,9 +91,11 @@ def _is_empty(*tensors) -> bool:
 
 
 @rt.phase_one(OP + "GetWorkspaceSize")
-def aclnnGridSampler3DBackwardGetWorkspaceSize(gradOutput, input, grid, interpolationMode,
-                                               paddingMode, alignCorners, outputMask,
-                                               inputGrad, gridGrad):
+def aclnnGridSampler3DBackwardGetWorkspaceSize(
+        gradOutput: Any, input: Any, grid: Any, interpolationMode: int, paddingMode: int,
+        alignCorners: bool, outputMask: Any, inputGrad: Any, gridGrad: Any
+        ) -> tuple[int, rt.aclOpExecutor]:
+    # Any: a C pointer may be null or of the wrong kind; phase one checks each at run time.
     """Phase one of ``aclnnGridSampler3DBackward``: check the arguments, plan the work.
 
     Parameters
@@ -155,7 +161,9 @@ def _zero(outputs):
             out[...] = 0
 
 
-def aclnnGridSampler3DBackward(workspace, workspaceSize, executor, stream=None) -> int:
+def aclnnGridSampler3DBackward(workspace: np.ndarray | None, workspaceSize: int,
+                               executor: rt.aclOpExecutor | None,
+                               stream: rt.aclrtStream | None = None) -> int:
     """Phase two of ``aclnnGridSampler3DBackward``: run the executor once.
 
     Parameters

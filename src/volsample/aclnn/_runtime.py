@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 import numbers
 import threading
+from collections.abc import Callable, Iterable
+from typing import ParamSpec
 
 import numpy as np
 
@@ -78,7 +80,7 @@ def record(message: str) -> None:
     _recent.message = message
 
 
-def aclGetRecentErrMsg():
+def aclGetRecentErrMsg() -> str | None:
     """The message of the most recent failure in this thread, and clear it.
 
     Returns
@@ -104,7 +106,7 @@ class aclTensor:
 
     __slots__ = ("array", "format")
 
-    def __init__(self, array: np.ndarray, format: int):
+    def __init__(self, array: np.ndarray, format: int) -> None:
         # A view: the caller's memory, but a shape that later `arr.shape = ...` cannot change.
         self.array = array.view()
         self.format = format
@@ -189,7 +191,7 @@ class aclOpExecutor:
 
     __slots__ = ("op", "workspace_size", "_run", "used", "_lock")
 
-    def __init__(self, op: str, workspace_size: int, run):
+    def __init__(self, op: str, workspace_size: int, run: Callable[[], object]) -> None:
         self.op = op
         self.workspace_size = int(workspace_size)
         self._run = run
@@ -218,7 +220,7 @@ def is_bool(value) -> bool:
     return isinstance(value, (bool, np.bool_)) or (is_int(value) and value in (0, 1))
 
 
-def aclCreateTensor(array, format=ACL_FORMAT_ND):
+def aclCreateTensor(array: np.ndarray, format: int = ACL_FORMAT_ND) -> aclTensor | None:
     """Wrap a NumPy array (the caller's memory, any strides) as an ``aclTensor``.
 
     Parameters
@@ -246,7 +248,7 @@ def aclCreateTensor(array, format=ACL_FORMAT_ND):
     return aclTensor(array, int(format))
 
 
-def aclCreateIntArray(values):
+def aclCreateIntArray(values: Iterable[int]) -> aclIntArray | None:
     """An ``aclIntArray`` of ``values`` (integers in int64 range); None if they are not."""
     try:
         items = tuple(values)
@@ -258,7 +260,7 @@ def aclCreateIntArray(values):
     return aclIntArray(int(v) for v in items)
 
 
-def aclCreateBoolArray(values):
+def aclCreateBoolArray(values: Iterable[bool]) -> aclBoolArray | None:
     """An ``aclBoolArray`` of ``values`` (bools, or 0/1); None if they are not."""
     try:
         items = tuple(values)
@@ -270,27 +272,27 @@ def aclCreateBoolArray(values):
     return aclBoolArray(bool(v) for v in items)
 
 
-def aclDestroyTensor(tensor=None) -> int:
+def aclDestroyTensor(tensor: object = None) -> int:
     """Release a tensor: a no-op (Python frees it), safe on None and repeated calls."""
     return ACL_SUCCESS
 
 
-def aclDestroyIntArray(array=None) -> int:
+def aclDestroyIntArray(array: object = None) -> int:
     """Release an int array: a no-op, safe on None and repeated calls."""
     return ACL_SUCCESS
 
 
-def aclDestroyBoolArray(array=None) -> int:
+def aclDestroyBoolArray(array: object = None) -> int:
     """Release a bool array: a no-op, safe on None and repeated calls."""
     return ACL_SUCCESS
 
 
-def aclDestroyAclOpExecutor(executor=None) -> int:
+def aclDestroyAclOpExecutor(executor: object = None) -> int:
     """Release an executor: a no-op, safe on None and repeated calls."""
     return ACL_SUCCESS
 
 
-def aclrtMalloc(size, policy=ACL_MEM_MALLOC_HUGE_FIRST):
+def aclrtMalloc(size: int, policy: int = ACL_MEM_MALLOC_HUGE_FIRST) -> np.ndarray | None:
     """A buffer of ``size`` bytes (a uint8 array), or None if ``size`` is bad or too large.
 
     The pages are not touched, so an unused buffer costs address space only.
@@ -305,7 +307,7 @@ def aclrtMalloc(size, policy=ACL_MEM_MALLOC_HUGE_FIRST):
         return None
 
 
-def aclrtFree(buffer=None) -> int:
+def aclrtFree(buffer: object = None) -> int:
     """Release a buffer from ``aclrtMalloc``: a no-op, safe on None and repeated calls."""
     return ACL_SUCCESS
 
@@ -315,17 +317,17 @@ def aclrtCreateStream() -> aclrtStream:
     return aclrtStream()
 
 
-def aclrtSynchronizeStream(stream=None) -> int:
+def aclrtSynchronizeStream(stream: object = None) -> int:
     """Wait for a stream's work: already done, since phase two runs synchronously."""
     return ACL_SUCCESS
 
 
-def aclrtDestroyStream(stream=None) -> int:
+def aclrtDestroyStream(stream: object = None) -> int:
     """Release a stream: a no-op, safe on None and repeated calls."""
     return ACL_SUCCESS
 
 
-def aclrtCtxSetSysParamOpt(opt, value) -> int:
+def aclrtCtxSetSysParamOpt(opt: int, value: int) -> int:
     """Set a system option of the context; ``ACL_OPT_DETERMINISTIC`` is the one known.
 
     ``aclrtCtxSetSysParamOpt(ACL_OPT_DETERMINISTIC, 1)`` calls
@@ -349,7 +351,7 @@ def aclrtCtxSetSysParamOpt(opt, value) -> int:
     return ACL_SUCCESS
 
 
-def aclrtCtxGetSysParamOpt(opt):
+def aclrtCtxGetSysParamOpt(opt: int) -> tuple[int, int]:
     """``(status, value)`` of a system option; see ``aclrtCtxSetSysParamOpt``."""
     if not is_int(opt) or opt != ACL_OPT_DETERMINISTIC:
         record(f"aclrtCtxGetSysParamOpt: opt: expected ACL_OPT_DETERMINISTIC "
@@ -442,16 +444,21 @@ def status_of(error: VolsampleError) -> int:
     return ACLNN_ERR_PARAM_NULLPTR if isinstance(error, NullPointerError) else ACLNN_ERR_PARAM_INVALID
 
 
-def phase_one(op: str):
+_P = ParamSpec("_P")
+
+
+def phase_one(op: str) -> Callable[[Callable[_P, tuple[int, aclOpExecutor]]],
+                                   Callable[_P, tuple[int, int, aclOpExecutor | None]]]:
     """Decorate a phase-one function: record failures and never raise.
 
     The wrapped function returns ``(workspace_size, executor)`` or raises: a failed check
     becomes its status code (``status_of``), anything else ACLNN_ERR_RUNTIME_ERROR; the
     caller gets ``(status, workspace_size, executor)``.
     """
-    def wrap(fn):
+    def wrap(fn: Callable[_P, tuple[int, aclOpExecutor]]
+             ) -> Callable[_P, tuple[int, int, aclOpExecutor | None]]:
         @functools.wraps(fn)
-        def call(*args, **kwargs):
+        def call(*args: _P.args, **kwargs: _P.kwargs) -> tuple[int, int, aclOpExecutor | None]:
             try:
                 return (ACLNN_SUCCESS, *fn(*args, **kwargs))
             except VolsampleError as exc:

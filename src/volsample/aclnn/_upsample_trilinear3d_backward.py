@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
+
+import numpy as np
 
 from .. import _calls, _checks, _layout
 from .._cpu import upsample as _backend
@@ -94,8 +97,10 @@ def _check(go, outputSize, inputSize, alignCorners, scales, gi) -> None:
 
 
 @rt.phase_one(OP + "GetWorkspaceSize")
-def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(gradOut, outputSize, inputSize, alignCorners,
-                                                     scalesD, scalesH, scalesW, gradInput):
+def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(
+        gradOut: Any, outputSize: Any, inputSize: Any, alignCorners: bool, scalesD: float,
+        scalesH: float, scalesW: float, gradInput: Any) -> tuple[int, rt.aclOpExecutor]:
+    # Any: a C pointer may be null or of the wrong kind; phase one checks each at run time.
     """Phase one of ``aclnnUpsampleTrilinear3dBackward``: check the arguments, plan the work.
 
     Parameters
@@ -138,7 +143,9 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(gradOut, outputSize, inputS
     return size, rt.aclOpExecutor(OP, size, run)
 
 
-def aclnnUpsampleTrilinear3dBackward(workspace, workspaceSize, executor, stream=None) -> int:
+def aclnnUpsampleTrilinear3dBackward(workspace: np.ndarray | None, workspaceSize: int,
+                                     executor: rt.aclOpExecutor | None,
+                                     stream: rt.aclrtStream | None = None) -> int:
     """Phase two of ``aclnnUpsampleTrilinear3dBackward``: run the executor once.
 
     Parameters and return values as for ``aclnnGridSampler3DBackward``.

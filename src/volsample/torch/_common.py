@@ -13,6 +13,7 @@ import contextlib
 import functools
 import importlib
 import warnings
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -62,7 +63,7 @@ class _TensorMemory:
         size = t.element_size()
         self.__array_interface__ = {
             "version": 3, "shape": tuple(t.shape), "typestr": f"<u{size}",
-            "strides": tuple(s * size for s in t.stride()), "data": (t.const_data_ptr(), True)}
+            "strides": tuple(s * size for s in t.stride()), "data": (t.const_data_ptr(), True)}  # type: ignore[attr-defined]  # not in torch's stubs
 
 
 def read_only_array(t: torch.Tensor) -> np.ndarray:
@@ -176,7 +177,7 @@ def _scale_types(scale_factor) -> str:
 # that is also PyTorch's, and PyTorch's words, as they are or a function of the value that
 # came. They start the message; volsample's own (argument, expected, got) follows in
 # parentheses. Mistakes PyTorch has no words for keep volsample's message alone.
-_PYTORCH_WORDS = {
+_PYTORCH_WORDS: dict[tuple[str, str | None, str | None], tuple[Any, Any]] = {
     (GRID_SAMPLER, "input", "type"): (
         DTypeError, "grid_sampler(): argument 'input' (position 1) must be Tensor"),
     (GRID_SAMPLER, "grid", "type"): (
@@ -240,7 +241,7 @@ def _torch_error(op: str, error: _checks.VolsampleError) -> _checks.VolsampleErr
     if cls is None:
         cls, message = _TORCH_CLASS[type(error)], str(error)
     else:
-        message = f"{words if isinstance(words, str) else words(error.value)} ({error})"
+        message = f"{words(error.value) if callable(words) else words} ({error})"
     return cls(message, argument=error.argument, kind=error.kind, value=error.value)
 
 

@@ -3,6 +3,7 @@
 W, 3) in voxels, channels x, y, z), on ``warp`` and plain torch ops."""
 from __future__ import annotations
 
+
 import torch
 
 from .. import _fields
@@ -24,7 +25,7 @@ def _field(name, value):
     return value
 
 
-def compose(u, v, padding_mode="zeros"):
+def compose(u: torch.Tensor, v: torch.Tensor, padding_mode: str = "zeros") -> torch.Tensor:
     """The displacement of "v, then u": ``v(x) + u(x + v(x))`` (see ``volsample.compose``),
     differentiable in u and v."""
     _field("u", u)
@@ -34,7 +35,8 @@ def compose(u, v, padding_mode="zeros"):
     return _fields.compose(_sample, u, v, padding_mode)
 
 
-def integrate_velocity(v, steps=7, padding_mode="zeros"):
+def integrate_velocity(v: torch.Tensor, steps: int = 7, padding_mode: str = "zeros"
+                       ) -> torch.Tensor:
     """exp(v) by scaling and squaring (see ``volsample.integrate_velocity``),
     differentiable in v."""
     _field("v", v)
@@ -43,7 +45,7 @@ def integrate_velocity(v, steps=7, padding_mode="zeros"):
     return _fields.integrate_velocity(_sample, v, steps, padding_mode)
 
 
-def jacobian_determinant(u):
+def jacobian_determinant(u: torch.Tensor) -> torch.Tensor:
     """det(I + du/dx) at every voxel, (N, D, H, W) (see ``volsample.jacobian_determinant``
     for the stencil), differentiable in u; 16-bit fields are computed in float32."""
     _field("u", u)

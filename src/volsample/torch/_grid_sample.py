@@ -379,7 +379,8 @@ _common.set_autograd_kernels({"grid_sampler_3d": _GridSampler3d,
                               "grid_sampler_3d_backward_jvp": _BackwardJvp})
 
 
-def grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False):
+def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
+                padding_mode: str = "zeros", align_corners: bool = False) -> torch.Tensor:
     """Sample a volume at the points of a grid: ``torch.nn.functional.grid_sample`` on 5-D
     tensors, differentiable in ``input`` and ``grid``.
 

@@ -4,13 +4,15 @@ calling code. Everything volsample does not cover falls through to PyTorch uncha
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
 from ._grid_sample import grid_sample
 from ._upsample import upsample_trilinear
 
-_ORIGINAL = {"grid_sample": F.grid_sample, "interpolate": F.interpolate}
+_ORIGINAL: dict[str, Any] = {"grid_sample": F.grid_sample, "interpolate": F.interpolate}
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
@@ -47,7 +49,7 @@ class patch:
     False, as in PyTorch (volsample does not repeat PyTorch's warning).
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         F.grid_sample = _grid_sample
         F.interpolate = _interpolate
 

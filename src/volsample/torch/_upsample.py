@@ -10,6 +10,8 @@ docs/semantics.md.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .. import _calls, _config
@@ -170,7 +172,9 @@ _common.set_autograd_kernels({"upsample_trilinear3d": _UpsampleTrilinear3d,
                               "upsample_trilinear3d_backward": _UpsampleTrilinear3dBackward})
 
 
-def upsample_trilinear(input, size=None, scale_factor=None, align_corners=False):
+def upsample_trilinear(input: torch.Tensor, size: int | Sequence[int] | None = None,
+                       scale_factor: float | Sequence[float] | None = None,
+                       align_corners: bool = False) -> torch.Tensor:
     """Resize a volume by trilinear interpolation: ``torch.nn.functional.interpolate``
     with ``mode="trilinear"``, differentiable (twice: the backward is differentiable too).
 

@@ -13,6 +13,8 @@ derivative ops run on it. Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .. import _calls, _config, _coords
@@ -45,9 +47,9 @@ def _codes(interpolation_mode, padding_mode, displacement_units):
 def _describe(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
               displacement_units) -> _calls.Warp:
     """The forward's checked description (every device, and the fake)."""
-    operands = _operands(input=input, theta=theta, displacement=displacement)
+    ops = _operands(input=input, theta=theta, displacement=displacement)
     mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
-    return _calls.warp(*operands, list(size), mode, padding, align_corners, units,
+    return _calls.warp(ops[0], ops[1], ops[2], list(size), mode, padding, align_corners, units,
                        _common.layout(input), shape_order="NCDHW", dialect=_common.TORCH)
 
 
@@ -55,10 +57,10 @@ def _describe(input, theta, displacement, size, interpolation_mode, padding_mode
 def _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
                        padding_mode, align_corners, displacement_units,
                        output_mask) -> _calls.Warp:
-    operands = _operands(grad_output=grad_output, input=input, theta=theta,
-                         displacement=displacement)
+    ops = _operands(grad_output=grad_output, input=input, theta=theta,
+                    displacement=displacement)
     mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
-    return _calls.warp_backward(*operands, mode, padding, align_corners, units, output_mask,
+    return _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding, align_corners, units, output_mask,
                                 _common.layout(input), shape_order="NCDHW",
                                 dialect=_common.TORCH)
 
@@ -321,8 +323,10 @@ class _Warp3dBackward(torch.autograd.Function):
 _common.set_autograd_kernels({"warp_3d": _Warp3d, "warp_3d_backward": _Warp3dBackward})
 
 
-def warp(input, theta=None, displacement=None, size=None, mode="bilinear", padding_mode="zeros",
-         align_corners=False, *, displacement_units="normalized"):
+def warp(input: torch.Tensor, theta: torch.Tensor | None = None,
+         displacement: torch.Tensor | None = None, size: Sequence[int] | None = None,
+         mode: str = "bilinear", padding_mode: str = "zeros", align_corners: bool = False, *,
+         displacement_units: str = "normalized") -> torch.Tensor:
     """Sample a volume at an affine map plus a displacement, ``A x + u(x)``, with no grid:
     ``F.grid_sample(input, F.affine_grid(theta, size, align_corners) + displacement, mode,
     padding_mode, align_corners)`` without forming that grid, differentiable in ``input``,

@@ -1,0 +1,54 @@
+"""What volsample offers its users: the public modules and their public names.
+
+One rule, read by the documentation build (docs/conf.py writes an API page per module)
+and by the tests (every public function is fully annotated): a module is public when no
+part of its name starts with an underscore, the command-line modules aside; its public
+names are its ``__all__``, or else the functions and classes it defines (not those it
+imports) and its upper-case constants.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from types import ModuleType
+
+# Command-line modules: documented by their --help.
+COMMAND_LINE = frozenset({"volsample.cli", "volsample.register", "volsample.bench",
+                          "volsample.__main__"})
+
+
+def module_names() -> list[str]:
+    """``volsample`` and its public submodules, in the order pkgutil walks them."""
+    import volsample
+
+    names = ["volsample"]
+    for info in pkgutil.walk_packages(volsample.__path__, "volsample.", onerror=lambda _: None):
+        parts = info.name.split(".")
+        if not any(p.startswith("_") for p in parts) and info.name not in COMMAND_LINE:
+            names.append(info.name)
+    return names
+
+
+def names(module: ModuleType) -> tuple[list[str], list[str]]:
+    """(functions and classes, constants) that ``module`` offers."""
+    listed = getattr(module, "__all__", None)
+    candidates = list(listed) if listed is not None else [
+        n for n in vars(module) if not n.startswith("_")]
+    documented, constants = [], []
+    for name in candidates:
+        obj = getattr(module, name)
+        if inspect.ismodule(obj):
+            continue
+        if callable(obj):
+            home = getattr(obj, "__module__", "") or ""
+            if listed is not None or home.startswith(module.__name__):
+                documented.append(name)
+        elif name.isupper():
+            constants.append(name)
+    return documented, constants
+
+
+def modules() -> list[ModuleType]:
+    """The public modules, imported."""
+    return [importlib.import_module(name) for name in module_names()]
