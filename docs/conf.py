@@ -58,6 +58,7 @@ numpydoc_xref_param_type = False
 
 intersphinx_mapping: dict[str, tuple[str, str | None]] = {}  # the build reads nothing remote
 
+
 def _public_modules() -> list[str]:
     """The public modules (``volsample._public``), less those whose every public name the
     package itself offers (``volsample.grid_sample`` holds ``volsample.grid_sample_3d``)."""

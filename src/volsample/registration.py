@@ -122,7 +122,7 @@ def refine(control: np.ndarray, size: Sequence[int]) -> np.ndarray:
 # ---------------------------------------------------------------------------------------
 
 
-def grid_to_voxel(shape) -> np.ndarray:
+def grid_to_voxel(shape: Sequence[int]) -> np.ndarray:
     """The 4x4 map from warp coordinates (x, y, z, 1), normalised with align_corners=True,
     to voxel indices (i, j, k, 1) of a (D, H, W) volume: x spans W (k), y H (j), z D (i)."""
     D, H, W = shape
@@ -162,15 +162,15 @@ class Frame:
         right = np.linalg.inv(centre) @ fixed_affine @ grid_to_voxel(fixed_shape)
         return cls(left, right, centre)
 
-    def theta(self, params, dtype=np.float32) -> np.ndarray:
+    def theta(self, params: np.ndarray, dtype: npt.DTypeLike = np.float32) -> np.ndarray:
         """warp_3d's theta (1, 3, 4) of the parameters S, in ``dtype`` (the volumes')."""
         return (self.left @ _homogeneous(params) @ self.right)[None, :3].astype(dtype)
 
-    def gradient(self, grad_theta) -> np.ndarray:
+    def gradient(self, grad_theta: np.ndarray) -> np.ndarray:
         """dLoss/dS (3x4) of dLoss/dtheta (1, 3, 4)."""
         return (self.left.T @ np.vstack([grad_theta[0], np.zeros(4)]) @ self.right.T)[:3]
 
-    def transform(self, params) -> np.ndarray:
+    def transform(self, params: np.ndarray) -> np.ndarray:
         """T (4x4), world to world."""
         return self.centre @ _homogeneous(params) @ np.linalg.inv(self.centre)
 
@@ -304,7 +304,8 @@ def _similarity_gradient(function, sign, fixed, moving, theta, displacement, mas
     return sim, grad_theta, grad_displacement
 
 
-def moving_displacement(displacement: np.ndarray, theta: np.ndarray, fixed_shape) -> np.ndarray:
+def moving_displacement(displacement: np.ndarray, theta: np.ndarray,
+                        fixed_shape: Sequence[int]) -> np.ndarray:
     """warp_3d's displacement (normalised units of the moving grid) of a dense displacement
     in fixed voxels (1, D, H, W, 3): x maps to T(x + d(x)), so d enters through theta's
     linear part, ``theta[:, :3] @ (d * 2 / (size - 1))``."""
@@ -313,7 +314,8 @@ def moving_displacement(displacement: np.ndarray, theta: np.ndarray, fixed_shape
 
 
 def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, frame: Frame,
-                     loss: str = "ncc", *, window: int = 5):
+                     loss: str = "ncc", *, window: int = 5
+                     ) -> tuple[float, np.ndarray, float]:
     """The affine stage's objective at one resolution, and its gradient.
 
     Parameters
@@ -591,7 +593,8 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
                               moving.shape, theta, displacement)
 
 
-def resample(fixed_shape, fixed_affine, moving: np.ndarray, moving_affine,
+def resample(fixed_shape: Sequence[int], fixed_affine: npt.ArrayLike, moving: np.ndarray,
+             moving_affine: npt.ArrayLike,
              mode: str = "bilinear") -> np.ndarray:
     """``moving`` sampled on the fixed grid by the headers alone (T = I, d = 0): where the
     registration starts."""
