@@ -19,14 +19,22 @@ COMMAND_LINE = frozenset({"volsample.cli", "volsample.register", "volsample.benc
 
 
 def module_names() -> list[str]:
-    """``volsample`` and its public submodules, in the order pkgutil walks them."""
+    """``volsample`` and its public submodules, package by package.
+
+    Private packages are not entered: walking into one imports it, and importing
+    ``volsample._triton`` decorates its kernels, which must wait until a test has chosen
+    Triton's interpreter."""
     import volsample
 
-    names = ["volsample"]
-    for info in pkgutil.walk_packages(volsample.__path__, "volsample.", onerror=lambda _: None):
-        parts = info.name.split(".")
-        if not any(p.startswith("_") for p in parts) and info.name not in COMMAND_LINE:
+    names, packages = ["volsample"], [volsample]
+    while packages:
+        package = packages.pop(0)
+        for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+            if info.name.rpartition(".")[2].startswith("_") or info.name in COMMAND_LINE:
+                continue
             names.append(info.name)
+            if info.ispkg:
+                packages.append(importlib.import_module(info.name))
     return names
 
 
