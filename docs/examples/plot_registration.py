@@ -4,9 +4,9 @@ Registering two volumes
 
 ``volsample.registration`` aligns a moving volume to a fixed one with a free-form
 deformation: a coarse grid of control-point displacements, upsampled trilinearly to every
-voxel, warps the moving volume by grid sampling, and Adam follows the gradient that
-``grid_sample_3d_backward`` and ``upsample_trilinear_3d_backward`` give. This is what
-``volsample demo`` runs, on a smaller volume.
+voxel, warps the moving volume through ``warp_3d`` (no sampling grid is stored), and
+Adam follows the gradient that ``warp_3d_backward`` and ``upsample_trilinear_3d_backward``
+give. This is what ``volsample demo`` runs, on a smaller volume.
 """
 
 import matplotlib.pyplot as plt
@@ -70,13 +70,20 @@ fig.tight_layout()
 # %%
 # The optimisation
 # ----------------
-# Local normalised cross-correlation after each Adam step. Each level measures it at its
-# own resolution (the coarse one on a blurred, halved volume), so the two curves are not
-# comparable with each other: what matters is that each climbs.
+# Local normalised cross-correlation after each Adam step, per stage (an affine stage,
+# then the deformable one) and level. Each level measures it at its own resolution (the
+# coarse one on a blurred, halved volume), so the curves are not comparable with each
+# other: what matters is that each climbs.
 fig, ax = plt.subplots(figsize=(7, 3))
-for level in sorted({level for level, _, _ in result.history}):
-    similarity = [sim for lv, _, sim in result.history if lv == level]
-    name = "coarse level (half resolution)" if level == 0 else "fine level"
+for stage, level in dict.fromkeys(
+    (stage, level) for stage, level, _, _ in result.history
+):
+    similarity = [
+        sim for st, lv, _, sim in result.history if (st, lv) == (stage, level)
+    ]
+    name = f"{stage}, " + (
+        "coarse level (half resolution)" if level == 0 else "fine level"
+    )
     ax.plot(similarity, label=name)
 ax.set_xlabel("Adam step")
 ax.set_ylabel("local NCC")
