@@ -3,6 +3,7 @@ test_register.py). Timings are not tested, only what the commands produce."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -145,3 +146,43 @@ def test_time_call_stops_slow_calls_after_max_seconds():
     assert repeats == 1 and len(calls) == 2
 
 
+
+
+def test_version_and_plain_help(capsys):
+    import volsample
+
+    with pytest.raises(SystemExit) as excinfo:
+        cli.main(["--version"])
+    assert excinfo.value.code == 0
+    assert capsys.readouterr().out.strip() == f"volsample {volsample.__version__}"
+    for command in [[], *([name] for name in cli._SUBCOMMANDS)]:
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+        text = capsys.readouterr().out
+        assert text.startswith("usage: volsample")
+        assert "``" not in text and ":func:" not in text and ":doc:" not in text
+
+
+def test_demo_says_where_it_wrote_its_files(tmp_path, capsys):
+    out = tmp_path / "demo out"
+    assert cli.main(["demo", "--quick", "--no-progress", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (last,) = [line for line in lines if line.startswith("wrote ")]
+    assert lines[-1].startswith("similarity (ncc): ")  # last, as docs/cli.md says
+    written = sorted(p.name for p in out.iterdir())
+    assert last.startswith("wrote ") and last.endswith(f" to {out}{os.sep}")
+    assert sorted(last[len("wrote "):last.rindex(" to ")].split(", ")) == written
+    assert {"fixed.npy", "moving.npy", "warped.npy", "displacement.npy", "affine.txt"} <= set(written)
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ((0.3252, 0.38861), "0.3252 -> 0.3886"),      # the same decimals before and after
+    ((0.05, 0.91234), "0.0500 -> 0.9123"),         # .4g printed "0.05 -> 0.9123"
+    ((-0.0012345, -0.00042), "-0.001234 -> -0.000420"),
+    ((1234.56, 12.3), "1235 -> 12"),
+    ((0.0, 0.0), "0.000 -> 0.000"),
+])
+def test_similarity_before_and_after_share_their_precision(values, expected):
+    from volsample import register
+
+    assert register._change("similarity (ncc)", values) == f"similarity (ncc): {expected}"
