@@ -3,6 +3,7 @@ test_register.py). Timings are not tested, only what the commands produce."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -23,8 +24,11 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys):
     assert quick and all(name in out for name in quick)
     assert "vs pytorch" in out
     payload = json.loads(json_path.read_text())
-    assert set(payload) == {"machine", "results"}
+    assert set(payload) == {"recorded", "command", "quick", "load_average", "machine",
+                            "results"}
+    assert payload["quick"] is True and payload["command"].startswith("volsample bench --quick")
     assert payload["machine"]["threads"] >= 1
+    assert payload["machine"]["cpu"] == bench.cpu_model() and payload["machine"]["isa"]
     versions = payload["machine"]["peers"]
     assert set(versions) == set(bench.PEERS)
     assert versions["pytorch"] == torch.__version__
@@ -35,9 +39,19 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys):
     assert {r["workload"] for r in rows} == set(quick)
     for r in rows:
         assert set(r) == {"workload", "implementation", "median_s", "first_call_s", "repeats",
-                          "bandwidth_fraction", "ratio"}
-        assert r["median_s"] > 0 and r["repeats"] >= 5
+                          "bandwidth_fraction", "ratio", "ratio_iqr"}
+        assert r["median_s"] > 0 and r["repeats"] >= bench.QUICK_LIMITS["min_repeats"]
         assert (r["ratio"] is None) == (r["implementation"] == "volsample")
+        assert (r["ratio_iqr"] is None) == (r["implementation"] == "volsample")
+        if r["ratio_iqr"]:
+            assert 0 < r["ratio_iqr"][0] <= r["ratio_iqr"][1]
+    # the spread is shown beside each ratio: "1.35x (1.2-1.5)"
+    assert "vs pytorch (IQR)" in out
+    import re
+
+    quick_rows = [line for line in out.splitlines() if line.startswith(tuple(quick))]
+    assert len(quick_rows) == len(quick)
+    assert all(re.search(r"\d\.?\d*x \([\d.]+-[\d.]+\)", line) for line in quick_rows)
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -145,3 +159,71 @@ def test_time_call_stops_slow_calls_after_max_seconds():
     assert repeats == 1 and len(calls) == 2
 
 
+
+
+def test_version_and_plain_help(capsys):
+    import volsample
+
+    with pytest.raises(SystemExit) as excinfo:
+        cli.main(["--version"])
+    assert excinfo.value.code == 0
+    assert capsys.readouterr().out.strip() == f"volsample {volsample.__version__}"
+    for command in [[], *([name] for name in cli._SUBCOMMANDS)]:
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+        text = capsys.readouterr().out
+        assert text.startswith("usage: volsample")
+        assert "``" not in text and ":func:" not in text and ":doc:" not in text
+
+
+def test_demo_says_where_it_wrote_its_files(tmp_path, capsys):
+    out = tmp_path / "demo out"
+    assert cli.main(["demo", "--quick", "--no-progress", "--out", str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    (last,) = [line for line in lines if line.startswith("wrote ")]
+    assert lines[-1].startswith("similarity (ncc): ")  # last, as docs/cli.md says
+    written = sorted(p.name for p in out.iterdir())
+    assert last.startswith("wrote ") and last.endswith(f" to {out}{os.sep}")
+    assert sorted(last[len("wrote "):last.rindex(" to ")].split(", ")) == written
+    assert {"fixed.npy", "moving.npy", "warped.npy", "displacement.npy", "affine.txt"} <= set(written)
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ((0.3252, 0.38861), "0.3252 -> 0.3886"),      # the same decimals before and after
+    ((0.05, 0.91234), "0.0500 -> 0.9123"),         # .4g printed "0.05 -> 0.9123"
+    ((-0.0012345, -0.00042), "-0.001234 -> -0.000420"),
+    ((1234.56, 12.3), "1235 -> 12"),
+    ((0.0, 0.0), "0.000 -> 0.000"),
+])
+def test_similarity_before_and_after_share_their_precision(values, expected):
+    from volsample import register
+
+    assert register._change("similarity (ncc)", values) == f"similarity (ncc): {expected}"
+
+
+def test_time_rounds_batches_fast_calls_into_samples():
+    calls = []
+    timed = bench.time_rounds({"a": lambda: calls.append(1)}, min_repeats=3, min_seconds=0.0,
+                              max_repeats=3, min_sample_seconds=1e-3)
+    first, times = timed["a"]
+    batch = (len(calls) - 2) // 3  # the first call, the calibrating one, three rounds
+    assert len(times) == 3 and batch > 1 and len(calls) == 2 + 3 * batch
+    # without a sample length each round calls once
+    calls.clear()
+    bench.time_rounds({"a": lambda: calls.append(1)}, min_repeats=3, min_seconds=0.0,
+                      max_repeats=3)
+    assert len(calls) == 4
+
+
+def test_run_reports_the_spread_of_the_per_round_ratios():
+    import time as _time
+
+    steady = bench.Workload("steady", lambda: {"volsample": lambda: _time.sleep(0.002),
+                                               "pytorch": lambda: _time.sleep(0.004)}, 1)
+    (ours, theirs) = bench.run([steady], threads=1, progress=False,
+                               limits=dict(min_repeats=7, min_seconds=0.0, max_repeats=7))
+    assert ours.ratio is None and ours.ratio_iqr is None and theirs.repeats == 7
+    low, high = theirs.ratio_iqr
+    assert 1 < low <= high  # about 2, more where a busy machine wakes the sleeps late
+    assert bench._ratio_cell(theirs) == (f"{bench._figure(theirs.ratio)}x "
+                                         f"({bench._figure(low, 2)}-{bench._figure(high, 2)})")

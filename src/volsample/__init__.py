@@ -6,7 +6,8 @@ field tools of registration (``compose``, ``integrate_velocity``,
 ``jacobian_determinant``), for NumPy arrays; ``volsample.torch`` adds PyTorch autograd and
 custom ops, and ``volsample.aclnn`` the CANN two-phase API.
 """
-from ._errors import InvalidArgumentError, UnsupportedDTypeError, VolsampleError
+from ._errors import (InvalidArgumentError, OutputTooLargeError, UnsupportedDTypeError,
+                      VolsampleError)
 from ._config import get_deterministic, get_num_threads, set_deterministic, set_num_threads
 from .grid_sample import grid_sample_3d, grid_sample_3d_backward
 from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
@@ -20,5 +21,5 @@ __all__ = [
     "upsample_trilinear_3d", "upsample_trilinear_3d_backward",
     "warp_3d", "warp_3d_backward", "compose", "integrate_velocity", "jacobian_determinant",
     "set_num_threads", "get_num_threads", "set_deterministic", "get_deterministic",
-    "VolsampleError", "InvalidArgumentError", "UnsupportedDTypeError",
+    "VolsampleError", "InvalidArgumentError", "UnsupportedDTypeError", "OutputTooLargeError",
 ]

@@ -42,3 +42,14 @@ class InvalidArgumentError(VolsampleError, ValueError):
 
 class UnsupportedDTypeError(VolsampleError, TypeError):
     """An array of a dtype the operator does not accept, or of mixed dtypes."""
+
+
+class OutputTooLargeError(VolsampleError, MemoryError):
+    """A result larger than this machine can hold, refused before any work. A
+    ``MemoryError``, as NumPy's own refusal is, and a ``VolsampleError`` (not an invalid
+    argument: the same call runs where memory suffices). ``argument`` names the result,
+    ``value`` is its shape; ``nbytes`` its size."""
+
+    def __init__(self, message: str, *, argument: str, value: tuple, nbytes: int) -> None:
+        super().__init__(message, argument=argument, kind="too_large", value=value)
+        self.nbytes = nbytes

@@ -4,9 +4,13 @@ Kernels index volumes in logical (N, C, D, H, W) order; a channels-last array is
 data seen through a transposed view, never a copy."""
 from __future__ import annotations
 
+import math
+import os
+import sys
+
 import numpy as np
 
-from ._errors import InvalidArgumentError
+from ._errors import InvalidArgumentError, OutputTooLargeError
 
 _TO_LOGICAL = {"NCDHW": (0, 1, 2, 3, 4), "NDHWC": (0, 4, 1, 2, 3)}
 _TO_PHYSICAL = {"NCDHW": (0, 1, 2, 3, 4), "NDHWC": (0, 2, 3, 4, 1)}
@@ -48,16 +52,50 @@ def logical_shape(physical_shape_, layout: str) -> tuple[int, ...]:
 ALIGNMENT = 64
 
 
-def empty(logical_shape_, dtype, layout: str, zero: bool = False) -> np.ndarray:
+def empty(logical_shape_, dtype, layout: str, zero: bool = False, *,
+          name: str = "result") -> np.ndarray:
     """A new volume, contiguous in ``layout`` and starting on a cache line, returned as its
-    logical view."""
-    return logical(aligned_empty(physical_shape(logical_shape_, layout), dtype, zero), layout)
+    logical view (``aligned_empty``; ``name`` is the result's, for its error)."""
+    return logical(aligned_empty(physical_shape(logical_shape_, layout), dtype, zero,
+                                 name=name), layout)
 
 
-def aligned_empty(shape, dtype, zero: bool = False) -> np.ndarray:
-    """``np.empty`` (or ``np.zeros``) of a C-contiguous array starting on a cache line."""
+def memory_nbytes() -> int:
+    """This machine's physical memory in bytes (the address space where the OS does not
+    say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # Windows has no sysconf
+        return sys.maxsize
+
+
+def aligned_empty(shape, dtype, zero: bool = False, *, name: str = "result") -> np.ndarray:
+    """``np.empty`` (or ``np.zeros``) of a C-contiguous array starting on a cache line.
+
+    A result larger than the machine's physical memory is refused before anything is
+    allocated (the kernels write every byte, so it could only be written through swap, if
+    at all), and so is one the allocator refuses: ``OutputTooLargeError`` names it, its
+    shape and its bytes."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = (np.zeros if zero else np.empty)(nbytes + ALIGNMENT, np.uint8)
+    nbytes = math.prod(int(n) for n in shape) * dtype.itemsize  # Python ints: no overflow
+    memory = memory_nbytes()
+    if nbytes > memory:
+        raise _too_large(name, shape, dtype, nbytes, f"more than this machine's memory, "
+                                                     f"{_size(memory)}")
+    try:
+        raw = (np.zeros if zero else np.empty)(nbytes + ALIGNMENT, np.uint8)
+    except MemoryError:
+        raise _too_large(name, shape, dtype, nbytes, "more than can be allocated now") from None
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.3g} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.3g} MiB"
+
+
+def _too_large(name, shape, dtype, nbytes: int, why: str) -> OutputTooLargeError:
+    shape = tuple(int(n) for n in shape)
+    return OutputTooLargeError(
+        f"{name}: shape {shape} of {dtype.name} needs {nbytes:,} bytes ({_size(nbytes)}), "
+        f"{why}", argument=name, value=shape, nbytes=nbytes)

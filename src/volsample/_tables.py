@@ -44,6 +44,13 @@ class Table(Generic[C]):
         self._by_name = {c.name: c for c in self.choices}
         self._by_code = {c.code: c for c in self.choices}
         self._by_cann = {c.cann: c for c in self.choices if c.cann is not None}
+        self._aliases: dict[str, str] = {}  # another name -> the choice's name
+
+    def alias(self, name: str, of: str) -> None:
+        """Accept ``name`` wherever the choice ``of`` is named by string (``code``)."""
+        if of not in self._by_name or name in self._by_name:
+            raise KeyError(f"{self.argument}: {name!r} cannot stand for {of!r}")
+        self._aliases[name] = of
 
     def __getitem__(self, name: str) -> C:
         return self._by_name[name]
@@ -52,12 +59,20 @@ class Table(Generic[C]):
         return tuple(self._by_name)
 
     def code(self, name) -> int:
-        """The kernel integer of a choice named by string (the NumPy and torch APIs)."""
+        """The kernel integer of a choice named by string, or by one of its aliases (the
+        NumPy and torch APIs)."""
+        if isinstance(name, str):
+            name = self._aliases.get(name, name)
         if not isinstance(name, str) or name not in self._by_name:
             raise InvalidArgumentError(
-                f"{self.argument}: expected one of {', '.join(map(repr, self._by_name))}, "
+                f"{self.argument}: expected one of {', '.join(self.spellings())}, "
                 f"got {name!r}", argument=self.argument, kind="choice", value=name)
         return self._by_name[name].code
+
+    def spellings(self) -> list[str]:
+        """Every accepted name, quoted, an alias beside the name it stands for."""
+        return [repr(c.name) + "".join(f" (or {alias!r})" for alias, of in self._aliases.items()
+                                       if of == c.name) for c in self.choices]
 
     def check_code(self, code, argument: str | None = None) -> int:
         """A kernel integer itself (the custom ops' integer arguments), checked."""
@@ -106,3 +121,7 @@ UNITS = Table("displacement_units", [
 BILINEAR, NEAREST = MODES["bilinear"].code, MODES["nearest"].code
 ZEROS, BORDER, REFLECTION = (PADDINGS[name].code for name in ("zeros", "border", "reflection"))
 NORMALIZED, VOXELS = UNITS["normalized"].code, UNITS["voxels"].code
+
+# PyTorch calls trilinear sampling of a volume "bilinear" (its grid_sample keeps the 2-D
+# name); "trilinear", what it is, is accepted too.
+MODES.alias("trilinear", "bilinear")

@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import fnmatch
 import json
+import math
+import os
 import platform
 import sys
 import time
@@ -69,6 +72,9 @@ class Result:
     repeats: int
     bandwidth_fraction: float
     ratio: float | None = None  # this peer's median / volsample's median
+    # The interquartile range of the ratio over the rounds (each round times volsample and
+    # this peer once, back to back): how far a ratio can be trusted on this machine.
+    ratio_iqr: tuple[float, float] | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -475,20 +481,45 @@ def suite(shrink: int = 1) -> list[Workload]:
 # ---------------------------------------------------------------------------------------
 
 
+# Timing limits of a full run and of --quick: the quick workloads take microseconds, so
+# each of their samples times a batch of calls (at least ``min_sample_seconds``) and more
+# rounds are taken, for a median that holds from one run to the next.
+LIMITS = dict(min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds=10.0)
+QUICK_LIMITS = dict(min_repeats=25, min_seconds=0.2, max_repeats=200, max_seconds=2.0,
+                    min_sample_seconds=2e-3)
+
+
 def time_calls(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds=10.0):
     """{name: (first call seconds, median seconds of the later calls, repeats)} for the
+    callables ``fns`` (a dict), timed in rounds (``time_rounds``)."""
+    timed = time_rounds(fns, min_repeats, min_seconds, max_repeats, max_seconds)
+    return {name: (first, float(np.median(times)), len(times))
+            for name, (first, times) in timed.items()}
+
+
+def time_rounds(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds=10.0,
+                min_sample_seconds=0.0):
+    """{name: (first call seconds, [seconds per call of each later round])} for the
     callables ``fns`` (a dict), timed in rounds: each round calls every one still short of
     its repeats once, so a machine that drifts (a shared VM) moves all of them alike and
     their ratios hold.
 
     Repeats are adaptive, per callable: at least ``min_repeats`` and ``min_seconds`` of
     its own time, but a slow call (the big shapes: seconds each) stops after
-    ``max_seconds`` of repeats, at least one."""
+    ``max_seconds`` of repeats, at least one. A call faster than ``min_sample_seconds``
+    (timed once after the first) is repeated in each round as many times as take that
+    long, the sample its mean: a timer's resolution and one-off stalls then weigh less."""
     first, times, spent = {}, {name: [] for name in fns}, dict.fromkeys(fns, 0.0)
+    batch = dict.fromkeys(fns, 1)
     for name, fn in fns.items():
         start = time.perf_counter()
         fn()
         first[name] = time.perf_counter() - start
+        if min_sample_seconds:
+            start = time.perf_counter()
+            fn()
+            warm = max(time.perf_counter() - start, 1e-7)
+            batch[name] = max(1, min(10_000, math.ceil(min_sample_seconds / warm)))
 
     def wanted(name):
         n = len(times[name])
@@ -500,12 +531,12 @@ def time_calls(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds=
         for name, fn in fns.items():
             if wanted(name):
                 start = time.perf_counter()
-                fn()
+                for _ in range(batch[name]):
+                    fn()
                 elapsed = time.perf_counter() - start
-                times[name].append(elapsed)
+                times[name].append(elapsed / batch[name])
                 spent[name] += elapsed
-    return {name: (first[name], float(np.median(times[name])), len(times[name]))
-            for name in fns}
+    return {name: (first[name], times[name]) for name in fns}
 
 
 def time_call(fn, **limits):
@@ -522,8 +553,9 @@ def copy_bandwidth(nbytes=1 << 27):
     return 2 * nbytes / median
 
 
-def run(workloads, threads=None, peers=PEERS, progress=True):
-    """Time every workload's implementations; return the list of ``Result``."""
+def run(workloads, threads=None, peers=PEERS, progress=True, limits=None):
+    """Time every workload's implementations (``time_rounds`` with ``limits``, by default
+    ``LIMITS``); return the list of ``Result``."""
     threads = threads or volsample.get_num_threads()
     volsample.set_num_threads(threads)
     if _have("torch"):
@@ -540,14 +572,18 @@ def run(workloads, threads=None, peers=PEERS, progress=True):
     for workload in workloads:
         impls = {name: fn for name, fn in workload.build().items()
                  if name == "volsample" or name in peers}
-        ours = None
-        for name, (first, median, repeats) in time_calls(impls).items():
-            result = Result(workload.name, name, median, first, repeats,
+        timed = time_rounds(impls, **(limits or LIMITS))
+        ours = timed.get("volsample")
+        for name, (first, times) in timed.items():
+            median = float(np.median(times))
+            result = Result(workload.name, name, median, first, len(times),
                             workload.nbytes / median / bandwidth)
-            if name == "volsample":
-                ours = result
-            elif ours is not None:
-                result.ratio = median / ours.median_s
+            if name != "volsample" and ours is not None:
+                result.ratio = median / float(np.median(ours[1]))
+                rounds = min(len(times), len(ours[1]))  # the rounds both ran
+                ratios = np.divide(times[:rounds], ours[1][:rounds])
+                low, high = np.percentile(ratios, [25, 75])
+                result.ratio_iqr = (float(low), float(high))
             results.append(result)
         bar.step(workload.name)
     bar.close()
@@ -565,13 +601,14 @@ def format_table(results) -> str:
     for r in results:
         by_workload.setdefault(r.workload, {})[r.implementation] = r
     peers = [p for p in PEERS if any(p in row for row in by_workload.values())]
-    header = ["workload", "volsample ms", "of copy bw", "first call ms"] + [f"vs {p}" for p in peers]
+    header = ["workload", "volsample ms", "of copy bw", "first call ms"] + [f"vs {p} (IQR)"
+                                                                           for p in peers]
     rows = []
     for name, row in by_workload.items():
         ours = row["volsample"]
         cells = [name, f"{ours.median_s * 1e3:.2f}", f"{ours.bandwidth_fraction:.0%}",
                  f"{ours.first_call_s * 1e3:.0f}"]
-        cells += [f"{row[p].ratio:.2f}x" if p in row else "-" for p in peers]
+        cells += [_ratio_cell(row[p]) if p in row else "-" for p in peers]
         rows.append(cells)
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
@@ -579,43 +616,155 @@ def format_table(results) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
 
 
+# README's names of the peers, in the order of its columns
+_PEER_TITLES = {"volsample-grid": "volsample's grid sampler", "pytorch": "PyTorch",
+                "scipy": "SciPy", "volresample": "volresample", "simpleitk": "SimpleITK",
+                "jax": "JAX"}
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{_figure(seconds * 1e3)} ms"
+
+
+def markdown_report(meta: dict, results) -> str:
+    """A recorded run (``read_json``) as README shows it: how it was taken, then one table
+    row per workload (volsample's median time, its fraction of copy bandwidth, its first
+    call, and each peer's time over volsample's with the IQR over the rounds)."""
+    m = meta["machine"]
+    load = meta["load_average"]
+    peers = [p for p in PEERS if any(r.implementation == p for r in results)]
+    versions = ", ".join(f"{_PEER_TITLES[p]} {m['peers'][p]}" for p in peers
+                         if p != "volsample-grid")
+    lines = [
+        f"Recorded {meta['recorded'][:10]} by `{meta['command']}`: volsample {m['volsample']} "
+        f"on {m['cpu']} ({m['logical_cpus']} logical CPUs, {m['isa']} kernels), "
+        f"{m['threads']} threads for every implementation, Python {m['python']}, NumPy "
+        f"{m['numpy']}, {versions}. Load average (1 min) {_load(load['before'])} before the "
+        f"run and {_load(load['after'])} after.",
+        "",
+        "| workload | volsample | of copy bandwidth | first call | "
+        + " | ".join(f"vs {_PEER_TITLES[p]}" for p in peers) + " |",
+        "|---|" + "---:|" * (3 + len(peers)),
+    ]
+    by_workload: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by_workload.setdefault(r.workload, {})[r.implementation] = r
+    for name, row in by_workload.items():
+        ours = row["volsample"]
+        cells = [f"`{name}`", _duration(ours.median_s), f"{ours.bandwidth_fraction:.0%}",
+                 _duration(ours.first_call_s)]
+        cells += [_ratio_cell(row[p]) if p in row else "" for p in peers]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _load(value) -> str:
+    return "unknown" if value is None else f"{value:.1f}"
+
+
+def _ratio_cell(result: Result) -> str:
+    """``7.02x (6.8-7.3)``: the ratio of medians and the IQR of the per-round ratios."""
+    assert result.ratio is not None  # a peer's result
+    if result.ratio_iqr is None:
+        return f"{_figure(result.ratio)}x"
+    low, high = result.ratio_iqr
+    return f"{_figure(result.ratio)}x ({_figure(low, 2)}-{_figure(high, 2)})"
+
+
+def _figure(x: float, digits: int = 3) -> str:
+    """``digits`` significant digits, never in exponent form."""
+    return f"{x:.{digits}g}" if x < 10 ** digits else f"{x:.0f}"
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name where the OS tells it (Linux), else ``platform.processor()``."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def machine_info(threads):
+    from . import _cpu
+
     return {"python": platform.python_version(), "machine": platform.machine(),
-            "processor": platform.processor(), "threads": threads,
-            "volsample": volsample.__version__, "peers": peer_versions()}
+            "processor": platform.processor(), "cpu": cpu_model(),
+            "logical_cpus": os.cpu_count(), "isa": _cpu.isa(), "threads": threads,
+            "volsample": volsample.__version__, "numpy": np.__version__,
+            "peers": peer_versions()}
 
 
-def write_json(path, results, threads):
-    payload = {"machine": machine_info(threads),
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows
+        return None
+
+
+def write_json(path, results, threads, started=None, load=(None, None), quick=False,
+               command=""):
+    """The results and how they were taken: the machine, the command, when, the 1-minute
+    load average before and after (another program's work slows every implementation)."""
+    started = started or datetime.datetime.now(datetime.timezone.utc)
+    payload = {"recorded": started.strftime("%Y-%m-%dT%H:%M:%SZ"), "command": command,
+               "quick": quick, "load_average": {"before": load[0], "after": load[1]},
+               "machine": machine_info(threads),
                "results": [dataclasses.asdict(r) for r in results]}
     with open(path, "w") as f:
         json.dump(payload, f, indent=2)
+        f.write("\n")
+
+
+def read_json(path) -> tuple[dict, list[Result]]:
+    """A file ``write_json`` wrote: (everything but the results, the ``Result`` list)."""
+    with open(path) as f:
+        payload = json.load(f)
+    results = [Result(**{**r, "ratio_iqr": tuple(r["ratio_iqr"]) if r.get("ratio_iqr")
+                         else None}) for r in payload.pop("results")]
+    return payload, results
 
 
 def write_plot(path, results):
-    """Bar chart of the ratio to each peer, one group per workload."""
+    """``plot`` written to ``path`` (a PNG)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig = plot(results)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot(results):
+    """Bar chart of the ratio to each peer, one group per workload, on a log axis; the
+    matplotlib figure."""
+    import matplotlib.pyplot as plt
+
     rated = [r for r in results if r.ratio is not None]
     workloads = list(dict.fromkeys(r.workload for r in rated))
     peers = list(dict.fromkeys(r.implementation for r in rated))
-    fig, ax = plt.subplots(figsize=(10, 0.35 * len(workloads) * max(1, len(peers)) + 1.5))
+    fig, ax = plt.subplots(figsize=(10, 0.15 * len(workloads) * max(1, len(peers)) + 1.5))
     height = 0.8 / max(1, len(peers))
     for k, peer in enumerate(peers):
-        ratios = {r.workload: r.ratio for r in rated if r.implementation == peer}
-        ys = [i + k * height for i, w in enumerate(workloads) if w in ratios]
-        ax.barh(ys, [ratios[w] for w in workloads if w in ratios], height, label=f"vs {peer}")
+        row = {r.workload: r for r in rated if r.implementation == peer}
+        ys = [i + k * height for i, w in enumerate(workloads) if w in row]
+        ratios = [row[w].ratio for w in workloads if w in row]
+        iqr = np.array([row[w].ratio_iqr or (row[w].ratio,) * 2 for w in workloads if w in row])
+        # bars from 1 (as fast as the peer): right of it volsample is faster, left slower;
+        # the whiskers span the interquartile range over the rounds
+        ax.barh(ys, np.array(ratios) - 1, height, left=1, label=f"vs {peer}",
+                xerr=np.abs(np.stack([ratios - iqr[:, 0], iqr[:, 1] - ratios])), ecolor="grey")
     ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")  # ratios from below 1 to hundreds: every bar readable
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(workloads))], workloads, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("speed-up of volsample (peer time / volsample time)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 # ---------------------------------------------------------------------------------------
@@ -647,14 +796,26 @@ def run_bench(args: argparse.Namespace) -> int:
         print(f"no workload matches {args.filter!r}", file=sys.stderr)
         return 2
     threads = args.threads or volsample.get_num_threads()
-    results = run(workloads, threads, progress=not args.no_progress and sys.stderr.isatty())
-    print(f"volsample {volsample.__version__}, {threads} threads; ratios are peer time / "
-          f"volsample time (above 1: volsample is faster); medians of repeats, warm-up excluded")
+    started, load = datetime.datetime.now(datetime.timezone.utc), _load_average()
+    results = run(workloads, threads, progress=not args.no_progress and sys.stderr.isatty(),
+                  limits=QUICK_LIMITS if args.quick else LIMITS)
+    print(f"volsample {volsample.__version__}, {threads} threads, {cpu_model()}; ratios are "
+          f"peer time / volsample time (above 1: volsample is faster), medians of repeats, "
+          f"warm-up excluded; in brackets the interquartile range of the ratio over the "
+          f"rounds (each round times all implementations back to back)")
+    if args.quick:
+        print("--quick: tiny volumes, whose time is mostly each call's fixed cost (argument "
+              "checks, dispatch, thread start-up), not the kernels': the full suite measures "
+              "those")
     print("peers: " + ", ".join(f"{peer} {version or '(not installed)'}"
                                 for peer, version in peer_versions().items()))
     print(format_table(results))
     if args.json:
-        write_json(args.json, results, threads)
+        command = " ".join(["volsample bench", *(["--quick"] if args.quick else []),
+                            *(["--filter", repr(args.filter)] if args.filter else []),
+                            f"--threads {threads} --json {args.json}"])
+        write_json(args.json, results, threads, started, (load, _load_average()), args.quick,
+                   command)
     if args.plot:
         write_plot(args.plot, results)
     return 0

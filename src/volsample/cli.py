@@ -51,8 +51,15 @@ def run_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# --help's description: plain text (the module docstring is reStructuredText)
+_DESCRIPTION = "volsample's command line: demo, register, bench and info."
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="volsample", description=__doc__.splitlines()[0])
+    from volsample import __version__
+
+    parser = argparse.ArgumentParser(prog="volsample", description=_DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"volsample {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (module_name, help_text) in _SUBCOMMANDS.items():
         sub = commands.add_parser(name, help=help_text, description=help_text)

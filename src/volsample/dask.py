@@ -217,7 +217,7 @@ def _warp_block(region, field_block, origin, halo, out_shape, in_shape, call):
     full = _full_view(region, in_shape, halo, call.compute_dtype)
     block = dataclasses.replace(call, input_shape=full.shape, grid_shape=grid.shape,
                                 dtype=full.dtype, grid_dtype=grid.dtype)
-    out = _layout.empty(block.output_shape, block.dtype, block.layout)
+    out = _layout.empty(block.output_shape, block.dtype, block.layout, name="output chunk")
     _backend.forward(block, full, grid, out)
     return out.astype(region.dtype, copy=False)
 

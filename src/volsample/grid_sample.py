@@ -32,6 +32,7 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
         Same dtype as ``input``, or float32/float64 beside a 16-bit or integer ``input``.
     mode : {"bilinear", "nearest"}
         "bilinear" is trilinear interpolation of the 8 neighbours; "nearest" rounds half to even.
+        "trilinear" is accepted as another name of "bilinear" (PyTorch's name on volumes).
     padding_mode : {"zeros", "border", "reflection"}
         What points outside the volume read.
     align_corners : bool
@@ -60,7 +61,7 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     input, grid = _checks.ndarray("input", input), _checks.ndarray("grid", grid)
     call = _calls.grid_sample(_calls.operand("input", input), _calls.operand("grid", grid), mode,
                               padding_mode, align_corners, layout, labels=True)
-    out = _layout.empty(call.output_shape, call.dtype, call.layout)
+    out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
     _backend.forward(call, _layout.logical(input, call.layout), grid, out)
     return _layout.physical(out, call.layout)
 
@@ -101,8 +102,10 @@ def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np
         _calls.operand("grad_output", grad_output), _calls.operand("input", input),
         _calls.operand("grid", grid), mode, padding_mode, align_corners, output_mask, layout)
     want_input, want_grid = call.output_mask
-    grad_input = _layout.empty(call.input_shape, call.dtype, call.layout) if want_input else None
-    grad_grid = _layout.aligned_empty(call.grid_shape, call.grid_dtype) if want_grid else None
+    grad_input = (_layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
+                  if want_input else None)
+    grad_grid = (_layout.aligned_empty(call.grid_shape, call.grid_dtype, name="grad_grid")
+                 if want_grid else None)
     _backend.backward(call, _layout.logical(grad_output, call.layout),
                       _layout.logical(input, call.layout), grid, grad_input, grad_grid)
     if grad_input is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 
@@ -119,9 +120,10 @@ def run_register(args: argparse.Namespace) -> int:
                         progress=not args.no_progress, interp=_INTERPOLATIONS[args.interp])
     except (CommandError, VolsampleError) as error:
         return _fail("register", error)
+    print(_wrote(args.out, run.files))
     if labels is not None:
         print(_change("dice", run.dice, ".4f"))
-    print(_change(f"similarity ({args.loss})", run.similarity, ".4g"))
+    print(_change(f"similarity ({args.loss})", run.similarity))
     return 0
 
 
@@ -140,7 +142,8 @@ def run_demo(args: argparse.Namespace) -> int:
     inputs = {"fixed": pair.fixed, "moving": pair.moving, "fixed_labels": pair.fixed_labels,
               "moving_labels": pair.moving_labels, "true_displacement": pair.displacement}
     try:
-        _write_all(args.out, {name: _Volume(f"{name}.npy", v) for name, v in inputs.items()})
+        files = _write_all(args.out, {name: _Volume(f"{name}.npy", v)
+                                      for name, v in inputs.items()})
         run = _register(_Volume("fixed.npy", pair.fixed), _Volume("moving.npy", pair.moving),
                         (_Volume("fixed_labels.npy", pair.fixed_labels),
                          _Volume("moving_labels.npy", pair.moving_labels)),
@@ -154,15 +157,26 @@ def run_demo(args: argparse.Namespace) -> int:
     found = run.result.voxel_map() - index  # one grid: voxels along the array axes
     errors = tuple(registration.deformation_error(d, pair.displacement, inside)
                    for d in (np.zeros_like(pair.displacement), found))
+    print(_wrote(args.out, files + run.files))
     print(_change("deformation error (voxels)", errors, ".3f"))
     print(_change("dice", run.dice, ".4f"))
-    print(_change(f"similarity ({args.loss})", run.similarity, ".4g"))
+    print(_change(f"similarity ({args.loss})", run.similarity))
     return 0
 
 
-def _change(name, values, spec):
+def _change(name, values, spec=None):
+    """``name: before -> after``, both to ``spec``; by default to the same number of
+    decimals, four significant digits of the larger."""
     before, after = values
+    if spec is None:
+        largest = max(abs(before), abs(after))
+        exponent = math.floor(math.log10(largest)) if math.isfinite(largest) and largest else 0
+        spec = f".{max(0, 3 - exponent)}f"
     return f"{name}: {before:{spec}} -> {after:{spec}}"
+
+
+def _wrote(out_dir, files):
+    return f"wrote {', '.join(files)} to {os.path.abspath(out_dir)}{os.sep}"
 
 
 def _fail(command, error):
@@ -175,6 +189,7 @@ class _Run:
     result: registration.RegistrationResult
     similarity: tuple  # before, after
     dice: tuple | None  # before, after, with labels
+    files: list[str]  # the names written in the output folder
 
 
 def _register(fixed, moving, labels, loss, settings, out_dir, progress,
@@ -205,11 +220,13 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
                                           moving.affine, "nearest")
         dice = (registration.dice(fixed_labels, unaligned),
                 registration.dice(fixed_labels, warped_labels))
-    _write_all(out_dir, {name: fixed.like(name, data) for name, data in outputs.items()})
+    files = _write_all(out_dir, {name: fixed.like(name, data) for name, data in outputs.items()})
     _write_affine(os.path.join(out_dir, "affine.txt"), result.transform)
-    _write_report(os.path.join(out_dir, "report.png"), fixed_n, before, result.warped,
-                  result.history, loss, similarity)
-    return _Run(result, similarity, dice)
+    files.append("affine.txt")
+    if _write_report(os.path.join(out_dir, "report.png"), fixed_n, before, result.warped,
+                     result.history, loss, similarity):
+        files.append("report.png")
+    return _Run(result, similarity, dice, files)
 
 
 # ---------------------------------------------------------------------------------------
@@ -310,7 +327,8 @@ def _label_map(volume) -> _Volume:
     return dataclasses.replace(volume, data=data)
 
 
-def _write_all(out_dir, volumes):
+def _write_all(out_dir, volumes) -> list[str]:
+    """Write ``volumes`` in ``out_dir``; their file names."""
     try:
         os.makedirs(out_dir, exist_ok=True)
         for volume in volumes.values():
@@ -324,6 +342,7 @@ def _write_all(out_dir, volumes):
                 nib.save(nib.Nifti1Image(volume.data, volume.image.affine, header), path)
     except OSError as error:
         raise CommandError(f"--out: cannot write {out_dir!r}: {error}") from None
+    return [volume.name for volume in volumes.values()]
 
 
 def _write_affine(path, transform):
@@ -348,7 +367,8 @@ def _checkerboard(a, b, tile):
 
 def _write_report(path, fixed, moving, warped, history, loss, similarity):
     """Orthogonal central slices before and after, checkerboards of fixed against moving and
-    warped, and the loss curve, as a PNG; a warning instead if matplotlib is missing."""
+    warped, and the loss curve, as a PNG; a warning instead if matplotlib is missing.
+    Whether it wrote the PNG."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -356,7 +376,7 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
         print("warning: matplotlib is not installed, so no PNG report was written; install "
               "it with: pip install matplotlib (or the extra: pip install -e \".[demo]\")",
               file=sys.stderr)
-        return
+        return False
     columns = {"fixed": None, "moving (before)": moving, "warped (after)": warped,
                "fixed | moving": moving, "fixed | warped": warped}
     fig = Figure(figsize=(13, 10.5), layout="constrained")
@@ -392,9 +412,10 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
         ax.axvline(start, color="grey", linestyle=":")
     for start in np.flatnonzero(stages[1:] != stages[:-1]) + 1:
         ax.axvline(start, color="black", linestyle="--")
-    ax.set_title(f"similarity ({loss}): {similarity[0]:.4g} -> {similarity[1]:.4g}; "
+    ax.set_title(f"{_change(f'similarity ({loss})', similarity)}; "
                  "dotted lines: next resolution level; dashed: affine -> deformable")
     try:
         fig.savefig(path, dpi=80)
     except OSError as error:
         raise CommandError(f"--out: cannot write {path!r}: {error}") from None
+    return True

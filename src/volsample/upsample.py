@@ -104,7 +104,7 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
     input = _checks.ndarray("input", input)
     call = _calls.upsample(_calls.operand("input", input), size, scale_factor, align_corners,
                            layout)
-    out = _layout.empty(call.output_shape, call.dtype, call.layout)
+    out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
     _backend.forward(call, _layout.logical(input, call.layout), out)
     return _layout.physical(out, call.layout)
 
@@ -150,6 +150,6 @@ def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence
     grad_output = _checks.ndarray("grad_output", grad_output)
     call = _calls.upsample_backward(_calls.operand("grad_output", grad_output), input_size,
                                     align_corners, scales, layout)
-    grad_input = _layout.empty(call.input_shape, call.dtype, call.layout)
+    grad_input = _layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
     _backend.backward(call, _layout.logical(grad_output, call.layout), grad_input)
     return _layout.physical(grad_input, call.layout)

@@ -89,7 +89,7 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp(ops[0], ops[1], ops[2], size, mode, padding_mode, align_corners, units,
                        layout, labels=True)
-    out = _layout.empty(call.output_shape, call.dtype, call.layout)
+    out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
     _backend.forward(call, _layout.logical(a["input"], call.layout), a["theta"],
                      a["displacement"], out)
     return _layout.physical(out, call.layout)
@@ -135,9 +135,11 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     call = _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding_mode,
                                 align_corners, units, output_mask, layout)
     want_input, want_theta, want_displacement = call.output_mask
-    grad_input = _layout.empty(call.input_shape, call.dtype, call.layout) if want_input else None
+    grad_input = (_layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
+                  if want_input else None)
     grad_theta = np.empty(call.theta_shape, call.coord_dtype) if want_theta else None
-    grad_displacement = (_layout.aligned_empty(call.grid_shape, call.coord_dtype)
+    grad_displacement = (_layout.aligned_empty(call.grid_shape, call.coord_dtype,
+                                               name="grad_displacement")
                          if want_displacement else None)
     _backend.backward(call, _layout.logical(a["grad_output"], call.layout),
                       _layout.logical(a["input"], call.layout), a["theta"], a["displacement"],

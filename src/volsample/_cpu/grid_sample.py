@@ -42,7 +42,8 @@ def backward(call, grad_output, input, grid, grad_input, grad_grid, threads=None
         accumulator = grad_input
         accumulator[...] = 0
     else:  # 16 bits: summed in the compute dtype, rounded once below
-        accumulator = _layout.empty(call.input_shape, call.compute_dtype, call.layout, zero=True)
+        accumulator = _layout.empty(call.input_shape, call.compute_dtype, call.layout, zero=True,
+                                    name="grad_input's accumulator")
     if (accumulator is not None or grad_grid is not None) and call.points and C:
         _kernels.grid_sample_backward(
             operand(grad_output), operand(input), operand(grid), operand(accumulator),

@@ -51,7 +51,8 @@ def backward(call, grad_output, input, theta, displacement, grad_input, grad_the
         accumulator = grad_input
         accumulator[...] = 0
     else:  # 16 bits: summed in the compute dtype, rounded once below
-        accumulator = _layout.empty(call.input_shape, call.compute_dtype, call.layout, zero=True)
+        accumulator = _layout.empty(call.input_shape, call.compute_dtype, call.layout, zero=True,
+                                    name="grad_input's accumulator")
     wanted = accumulator is not None or grad_theta is not None or grad_displacement is not None
     if wanted and call.points and C:
         _kernels.warp_backward(

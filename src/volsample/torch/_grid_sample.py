@@ -393,7 +393,9 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
         Normalised sample coordinates (x, y, z) in [-1, 1]; x indexes W, y H and z D.
         ``input``'s dtype, or float32/float64 beside a 16-bit ``input``.
     mode : {"bilinear", "nearest"}
-        "bilinear" is trilinear interpolation; "nearest" rounds half to even.
+        "bilinear" is trilinear interpolation; "nearest" rounds half to even. "trilinear"
+        is accepted as another name of "bilinear" (``F.grid_sample`` under ``patch()``
+        keeps PyTorch's names and refuses it, as PyTorch does).
     padding_mode : {"zeros", "border", "reflection"}
         What points outside the volume read.
     align_corners : bool or None
