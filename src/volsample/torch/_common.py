@@ -439,6 +439,45 @@ def register_vmap(op):
     return register
 
 
+# Batching rules (torch.func.vmap): a vmapped call is one call of the op, the vmapped
+# dimension folded into N (or, for one volume sampled at a batch of grids, into the grid's
+# Do), never a loop over the batch.
+
+
+def fold_into_n(batch_size: int, in_dims, args) -> list:
+    """``args`` of one op call for a vmapped call: each tensor's vmapped dimension folded
+    into its N (dim 0), (B, N, ...) -> (B * N, ...), an unbatched tensor expanded to the
+    batch first (a view; the reshape copies only where it cannot view). Other arguments
+    (None, modes) as they are."""
+    return [_fold_into_n(a, d, batch_size) if isinstance(a, torch.Tensor) else a
+            for a, d in zip(args, in_dims)]
+
+
+def _fold_into_n(t: torch.Tensor, dim, batch_size: int) -> torch.Tensor:
+    t = t.expand(batch_size, *t.shape) if dim is None else t.movedim(dim, 0)
+    return t.flatten(0, 1)
+
+
+def fold_points(t: torch.Tensor, dim, batch_size: int) -> torch.Tensor:
+    """A grid-like (N, Do, Ho, Wo, 3) tensor of a vmapped call with the batch folded into
+    Do: (B, N, Do, ...) -> (N, B * Do, ...), an unbatched one expanded first."""
+    t = t.unsqueeze(1).expand(-1, batch_size, *t.shape[1:]) if dim is None else t.movedim(dim, 1)
+    return t.flatten(1, 2)
+
+
+def unfold_n(results, batch_size: int):
+    """(results, out_dims) of a call made by ``fold_into_n``: (B * N, ...) -> (B, N, ...);
+    the empty stand-in of a gradient not asked for stays unbatched."""
+    def unfold(t):
+        if t.dim() == 1 and t.numel() == 0:
+            return t, None
+        return t.unflatten(0, (batch_size, t.shape[0] // batch_size)), 0
+    if isinstance(results, torch.Tensor):
+        return unfold(results)
+    pairs = [unfold(t) for t in results]
+    return tuple(t for t, _ in pairs), tuple(d for _, d in pairs)
+
+
 class Function(torch.autograd.Function):
     """``torch.autograd.Function`` whose ``apply`` binds no signature per call: outside
     torch.func transforms it goes straight to the C++ apply (``Function.apply`` runs

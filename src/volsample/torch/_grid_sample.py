@@ -207,6 +207,52 @@ def _grid_sampler_3d_backward_jvp_fake(grad_output, input, grid, grid_tangent,
 
 
 # ---------------------------------------------------------------------------------------
+# Batching rules (torch.func.vmap): one op call per vmapped call
+# ---------------------------------------------------------------------------------------
+
+
+def _sample_batched(op, info, in_dims, tensors, modes):
+    """A vmapped call of a forward op (input, grid[, grid_tangent], *modes): one volume
+    (an unbatched input) is sampled at every grid in one call, the batch folded into the
+    grid's Do (the volume never copied); else the batch folds into N."""
+    B = info.batch_size
+    input, *grids = tensors
+    if in_dims[0] is None:
+        grid, dim = grids[0], in_dims[1]
+        Do = grid.shape[1] if dim is None else grid.movedim(dim, 0).shape[2]
+        folded = [_common.fold_points(g, d, B) for g, d in zip(grids, in_dims[1:])]
+        out = op(input, *folded, *modes)  # (N, C, B * Do, Ho, Wo)
+        return out.unflatten(2, (B, Do)), 2
+    return _common.unfold_n(op(*_common.fold_into_n(B, in_dims, tensors), *modes), B)
+
+
+@_common.register_vmap(grid_sampler_3d)
+def _grid_sampler_3d_vmap(info, in_dims, input, grid, *modes):
+    return _sample_batched(grid_sampler_3d, info, in_dims, (input, grid), modes)
+
+
+@_common.register_vmap(grid_sampler_3d_jvp)
+def _grid_sampler_3d_jvp_vmap(info, in_dims, input, grid, grid_tangent, *modes):
+    return _sample_batched(grid_sampler_3d_jvp, info, in_dims, (input, grid, grid_tangent), modes)
+
+
+@_common.register_vmap(grid_sampler_3d_backward)
+def _grid_sampler_3d_backward_vmap(info, in_dims, grad_output, input, grid, *modes_and_mask):
+    tensors = _common.fold_into_n(info.batch_size, in_dims, (grad_output, input, grid))
+    return _common.unfold_n(grid_sampler_3d_backward(*tensors, *modes_and_mask),
+                            info.batch_size)
+
+
+@_common.register_vmap(grid_sampler_3d_backward_jvp)
+def _grid_sampler_3d_backward_jvp_vmap(info, in_dims, grad_output, input, grid, grid_tangent,
+                                       *modes_and_mask):
+    tensors = _common.fold_into_n(info.batch_size, in_dims,
+                                  (grad_output, input, grid, grid_tangent))
+    return _common.unfold_n(grid_sampler_3d_backward_jvp(*tensors, *modes_and_mask),
+                            info.batch_size)
+
+
+# ---------------------------------------------------------------------------------------
 # Autograd: one torch.autograd.Function per op, with backward and jvp, that only calls
 # the other Functions (so that derivatives of derivatives, and torch.func's nested
 # transforms, stay inside them). Each also is its op's Autograd kernel.

@@ -104,6 +104,24 @@ def _upsample_trilinear3d_backward_fake(grad_output, input_size, align_corners, 
         grad_output)
 
 
+@_common.register_vmap(upsample_trilinear3d)
+def _upsample_trilinear3d_vmap(info, in_dims, input, output_size, align_corners, scales=None):
+    """vmap: one call, the batch folded into N."""
+    (input,) = _common.fold_into_n(info.batch_size, in_dims[:1], (input,))
+    return _common.unfold_n(upsample_trilinear3d(input, output_size, align_corners, scales),
+                            info.batch_size)
+
+
+@_common.register_vmap(upsample_trilinear3d_backward)
+def _upsample_trilinear3d_backward_vmap(info, in_dims, grad_output, input_size, align_corners,
+                                        scales=None):
+    (grad_output,) = _common.fold_into_n(info.batch_size, in_dims[:1], (grad_output,))
+    input_size = [info.batch_size * input_size[0], *input_size[1:]]
+    return _common.unfold_n(upsample_trilinear3d_backward(grad_output, input_size,
+                                                          align_corners, scales),
+                            info.batch_size)
+
+
 def _forward(input, output_size, align_corners, scales):
     return _common.call(_UpsampleTrilinear3d, upsample_trilinear3d, input, output_size,
                         align_corners, scales)

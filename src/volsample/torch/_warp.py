@@ -216,6 +216,20 @@ def _grid_tangent(theta_tangent, displacement_tangent, size, input, align_corner
 # ---------------------------------------------------------------------------------------
 
 
+@_common.register_vmap(warp_3d)
+def _warp_3d_vmap(info, in_dims, input, theta, displacement, *args):
+    """vmap: one call, the batch folded into N (theta's and the displacement's too)."""
+    tensors = _common.fold_into_n(info.batch_size, in_dims, (input, theta, displacement))
+    return _common.unfold_n(warp_3d(*tensors, *args), info.batch_size)
+
+
+@_common.register_vmap(warp_3d_backward)
+def _warp_3d_backward_vmap(info, in_dims, grad_output, input, theta, displacement, *args):
+    tensors = _common.fold_into_n(info.batch_size, in_dims,
+                                  (grad_output, input, theta, displacement))
+    return _common.unfold_n(warp_3d_backward(*tensors, *args), info.batch_size)
+
+
 def _forward(input, theta, displacement, *args):
     return _common.call(_Warp3d, warp_3d, input, theta, displacement, *args)
 
