@@ -4,6 +4,8 @@ Kernels index volumes in logical (N, C, D, H, W) order; a channels-last array is
 data seen through a transposed view, never a copy."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._errors import InvalidArgumentError
@@ -57,7 +59,7 @@ def empty(logical_shape_, dtype, layout: str, zero: bool = False) -> np.ndarray:
 def aligned_empty(shape, dtype, zero: bool = False) -> np.ndarray:
     """``np.empty`` (or ``np.zeros``) of a C-contiguous array starting on a cache line."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize  # (np.prod costs microseconds per call)
     raw = (np.zeros if zero else np.empty)(nbytes + ALIGNMENT, np.uint8)
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start:start + nbytes].view(dtype).reshape(shape)

@@ -18,6 +18,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from .. import _calls, _checks
 from .._torch_formats import is_channels_last, memory_format
@@ -523,9 +524,17 @@ def set_autograd_kernels(functions: dict) -> None:
 
 
 def call(function, op, *args):
-    """``function.apply(*args)`` in eager mode, ``op(*args)`` under torch.compile."""
+    """``function.apply(*args)`` in eager mode, ``op(*args)`` under torch.compile; the op
+    below autograd where there is nothing for either AD mode to record (no operand requires
+    grad, or grad mode is off, as in a backward; no forward-AD level; no torch.func
+    transform), which costs a Function's context less."""
     if torch.compiler.is_compiling():
         return op(*args)
+    if (_forward_ad._current_level < 0 and not torch._C._are_functorch_transforms_active()
+            and not (torch.is_grad_enabled() and any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in args))):
+        with torch._C._AutoDispatchBelowAutograd():
+            return op(*args)
     return function.apply(*args)
 
 
