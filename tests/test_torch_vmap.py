@@ -209,3 +209,27 @@ def test_functions_called_without_their_defaults_fill_them_in():
     expected = F.interpolate(x.detach(), size=(4, 6, 4), mode="trilinear", align_corners=False)
     torch.testing.assert_close(out.detach(), expected)
     assert x.grad is not None and x.grad.shape == x.shape
+
+
+def test_calls_skip_the_dispatcher_only_where_nothing_watches_it():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    x, grid = torch.randn(1, 2, 4, 4, 4), torch.rand(1, 2, 2, 2, 3) * 2 - 1
+    expected = F.grid_sample(x, grid, align_corners=False)
+    # A lazily negated view: the dispatcher resolves the negation before the kernel reads.
+    torch.testing.assert_close(vt.grid_sample(torch._neg_view(x), grid), -expected)
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+    with Seen() as seen:
+        torch.testing.assert_close(vt.grid_sample(x, grid), expected)
+    assert "volsample.grid_sampler_3d.default" in seen.ops
+    with torch.profiler.profile() as profile:
+        vt.grid_sample(x, grid)
+    assert any(e.name == "volsample::grid_sampler_3d" for e in profile.events())

@@ -410,8 +410,39 @@ def custom_op(name: str, schema: str, devices=("cpu",)):
         _LIBRARY.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
         for device in devices:
             _LIBRARY.impl(name, fn, _DISPATCH_KEYS[device])
-        return getattr(torch.ops.volsample, name).default
+        op = getattr(torch.ops.volsample, name).default
+        _CPU_KERNELS[op] = fn
+        return op
     return define
+
+
+_CPU_KERNELS: dict = {}  # op -> its CPU kernel, for ``below_autograd``'s direct calls
+
+
+def below_autograd(op, *args):
+    """``op(*args)`` below autograd (what a Function's forward and an unrecorded call run).
+    Plain CPU tensors with nothing watching the dispatcher go straight to the op's CPU
+    kernel: the dispatcher's round trip into Python costs more than a small kernel, and
+    there is nothing for it to do (its other keys would fall through)."""
+    kernel = _CPU_KERNELS.get(op)
+    if kernel is not None and _direct(args):
+        return kernel(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
+
+
+def _direct(args) -> bool:
+    """Whether a call may skip the dispatcher: no dispatch or function mode (FakeTensor,
+    tracing, opcheck, ``torch.device`` contexts), no torch.func transform, no profiler
+    (which records ops at the dispatcher), and every tensor a plain strided CPU tensor
+    without a lazy negation or zero-tensor flag (the dispatcher resolves those first)."""
+    if (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
+            or torch._C._are_functorch_transforms_active()
+            or torch.autograd.profiler._is_profiler_enabled):
+        return False
+    return all(type(a) is torch.Tensor and a.is_cpu and a.layout is torch.strided
+               and not a.is_neg() and not a._is_zerotensor()
+               for a in args if isinstance(a, torch.Tensor))
 
 
 def register_kernel(op, device: str):
@@ -533,8 +564,7 @@ def call(function, op, *args):
     if (_forward_ad._current_level < 0 and not torch._C._are_functorch_transforms_active()
             and not (torch.is_grad_enabled() and any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args))):
-        with torch._C._AutoDispatchBelowAutograd():
-            return op(*args)
+        return below_autograd(op, *args)
     return function.apply(*args)
 
 

@@ -286,18 +286,13 @@ def _backward_grid_jvp(grad_output, input, grid, tangent, *modes_and_mask):
                         tangent, *modes_and_mask)
 
 
-def _below_autograd(op, *args):
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args)
-
-
 class _GridSampler3d(_common.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(input, grid, interpolation_mode, padding_mode, align_corners):
-        return _below_autograd(grid_sampler_3d, input, grid, interpolation_mode, padding_mode,
-                               align_corners)
+        return _common.below_autograd(grid_sampler_3d, input, grid, interpolation_mode,
+                                      padding_mode, align_corners)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -332,8 +327,9 @@ class _GridSampler3dBackward(_common.Function):
     @staticmethod
     def forward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
                 output_mask):
-        return _below_autograd(grid_sampler_3d_backward, grad_output, input, grid,
-                               interpolation_mode, padding_mode, align_corners, output_mask)
+        return _common.below_autograd(grid_sampler_3d_backward, grad_output, input, grid,
+                                      interpolation_mode, padding_mode, align_corners,
+                                      output_mask)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -409,13 +405,13 @@ class _ThirdOrderUnsupported(_common.Function):
 class _GridJvp(_ThirdOrderUnsupported):
     @staticmethod
     def forward(*args):
-        return _below_autograd(grid_sampler_3d_jvp, *args)
+        return _common.below_autograd(grid_sampler_3d_jvp, *args)
 
 
 class _BackwardJvp(_ThirdOrderUnsupported):
     @staticmethod
     def forward(*args):
-        return _below_autograd(grid_sampler_3d_backward_jvp, *args)
+        return _common.below_autograd(grid_sampler_3d_backward_jvp, *args)
 
 
 _common.set_autograd_kernels({"grid_sampler_3d": _GridSampler3d,

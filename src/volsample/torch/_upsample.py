@@ -132,18 +132,14 @@ def _backward(grad_output, input_size, align_corners, scales):
                         grad_output, input_size, align_corners, scales)
 
 
-def _below_autograd(op, *args):
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args)
-
-
 class _UpsampleTrilinear3d(_common.Function):
     """Linear: its jvp is itself on the tangent, its adjoint the backward op."""
     generate_vmap_rule = True
 
     @staticmethod
     def forward(input, output_size, align_corners, scales=None):
-        return _below_autograd(upsample_trilinear3d, input, output_size, align_corners, scales)
+        return _common.below_autograd(upsample_trilinear3d, input, output_size, align_corners,
+                                      scales)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -168,8 +164,8 @@ class _UpsampleTrilinear3dBackward(_common.Function):
 
     @staticmethod
     def forward(grad_output, input_size, align_corners, scales=None):
-        return _below_autograd(upsample_trilinear3d_backward, grad_output, input_size,
-                               align_corners, scales)
+        return _common.below_autograd(upsample_trilinear3d_backward, grad_output, input_size,
+                                      align_corners, scales)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -239,19 +239,15 @@ def _backward_op(grad_output, input, theta, displacement, *args):
                         displacement, *args)
 
 
-def _below_autograd(op, *args):
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args)
-
-
 class _Warp3d(_common.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(input, theta, displacement, size, interpolation_mode, padding_mode,
                 align_corners, displacement_units):
-        return _below_autograd(warp_3d, input, theta, displacement, size, interpolation_mode,
-                               padding_mode, align_corners, displacement_units)
+        return _common.below_autograd(warp_3d, input, theta, displacement, size,
+                                      interpolation_mode, padding_mode, align_corners,
+                                      displacement_units)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -316,7 +312,7 @@ class _Warp3dBackward(_common.Function):
 
     @staticmethod
     def forward(*args):
-        return _below_autograd(warp_3d_backward, *args)
+        return _common.below_autograd(warp_3d_backward, *args)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
