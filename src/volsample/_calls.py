@@ -15,6 +15,7 @@ echo shapes in that order and spell dtypes as the front door's ``Dialect`` says.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -25,6 +26,44 @@ import numpy as np
 from . import _checks, _coords, _dtypes, _layout
 from ._errors import InvalidArgumentError
 from ._tables import MODES, NEAREST, VOXELS
+
+
+def _memoised(build):
+    """Decorate a description builder to return the description it built before for the
+    same arguments (of the same types: True and 1 are different arguments): a call's
+    checks depend on its arguments alone, descriptions are frozen, and building one costs
+    microseconds that a small call's kernel does not. A call that fails its checks is not
+    remembered; unhashable arguments (a list of sizes, an array) build afresh."""
+    cache: dict = {}
+
+    @functools.wraps(build)
+    def described(*args, **kwargs):
+        try:
+            key = (tuple(map(_typed, args)), tuple((k, _typed(v)) for k, v in kwargs.items()))
+            return cache[key]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable
+            return build(*args, **kwargs)
+        call = build(*args, **kwargs)
+        if len(cache) >= _DESCRIPTIONS_KEPT:
+            cache.clear()
+        cache[key] = call
+        return call
+    return described
+
+
+_DESCRIPTIONS_KEPT = 512  # per builder: the shapes of a training loop's calls, and then some
+
+
+def _typed(value):
+    """``value`` as a cache key that tells types apart, within sequences too (an
+    ``Operand``'s fields have fixed types)."""
+    if isinstance(value, Operand):
+        return value
+    if isinstance(value, (tuple, list)):
+        return type(value), tuple(map(_typed, value))
+    return type(value), value
 
 
 class Operand(NamedTuple):
@@ -99,6 +138,7 @@ class GridSample:
         return MODES.of(self.mode).grid_gradient
 
 
+@_memoised
 def grid_sample(input: Operand, grid: Operand, mode: int, padding: int, align_corners,
                 layout="NCDHW", *, shape_order=None, dialect=NUMPY,
                 labels: bool = False) -> GridSample:
@@ -123,6 +163,7 @@ def grid_sample(input: Operand, grid: Operand, mode: int, padding: int, align_co
                       align_corners, layout)
 
 
+@_memoised
 def grid_sample_backward(grad_output: Operand, input: Operand, grid: Operand, mode: int,
                          padding: int, align_corners, output_mask=(True, True),
                          layout="NCDHW", *, shape_order=None, dialect=NUMPY) -> GridSample:
@@ -236,6 +277,7 @@ def warp_output_size(size, input_shape, displacement_spatial=None) -> tuple[int,
     return spatial
 
 
+@_memoised
 def warp(input: Operand, theta: Operand | None, displacement: Operand | None, size, mode: int,
          padding: int, align_corners, units: int, layout="NCDHW", *, shape_order=None,
          dialect=NUMPY, labels: bool = False) -> Warp:
@@ -277,6 +319,7 @@ def warp(input: Operand, theta: Operand | None, displacement: Operand | None, si
                 displacement is not None, units, mode, padding, align_corners, layout)
 
 
+@_memoised
 def warp_backward(grad_output: Operand, input: Operand, theta: Operand | None,
                   displacement: Operand | None, mode: int, padding: int, align_corners,
                   units: int, output_mask=(True, True, True), layout="NCDHW", *,
@@ -348,6 +391,7 @@ def upsample_output_size(in_spatial, size, scale_factor, size_name="size"):
     return out, scales
 
 
+@_memoised
 def upsample(input: Operand, size=None, scale_factor=None, align_corners=False,
              layout="NCDHW", *, scales=None, size_name="size", shape_order=None,
              dialect=NUMPY) -> Upsample:
@@ -372,6 +416,7 @@ def upsample(input: Operand, size=None, scale_factor=None, align_corners=False,
                     derived, layout)
 
 
+@_memoised
 def upsample_backward(grad_output: Operand, input_size, align_corners=False, scales=None,
                       layout="NCDHW", *, shape_order=None, dialect=NUMPY) -> Upsample:
     """The backward's description: ``input_size`` is the forward's logical input shape,

@@ -31,7 +31,8 @@ def __getattr__(name):
 
 def is_bfloat16(dtype: np.dtype) -> bool:
     ml_dtypes = sys.modules.get("ml_dtypes")
-    return ml_dtypes is not None and dtype == ml_dtypes.bfloat16
+    # (the scalar type's identity: comparing dtypes costs a conversion per call)
+    return ml_dtypes is not None and getattr(dtype, "type", dtype) is ml_dtypes.bfloat16
 
 
 def is_sixteen_bit(dtype: np.dtype) -> bool:

@@ -5,6 +5,7 @@ data seen through a transposed view, never a copy."""
 from __future__ import annotations
 
 import math
+import functools
 import os
 import sys
 
@@ -60,6 +61,7 @@ def empty(logical_shape_, dtype, layout: str, zero: bool = False, *,
                                  name=name), layout)
 
 
+@functools.cache
 def memory_nbytes() -> int:
     """This machine's physical memory in bytes (the address space where the OS does not
     say)."""
@@ -77,7 +79,7 @@ def aligned_empty(shape, dtype, zero: bool = False, *, name: str = "result") -> 
     at all), and so is one the allocator refuses: ``OutputTooLargeError`` names it, its
     shape and its bytes."""
     dtype = np.dtype(dtype)
-    nbytes = math.prod(int(n) for n in shape) * dtype.itemsize  # Python ints: no overflow
+    nbytes = math.prod(map(int, shape)) * dtype.itemsize  # Python ints: no overflow
     memory = memory_nbytes()
     if nbytes > memory:
         raise _too_large(name, shape, dtype, nbytes, f"more than this machine's memory, "

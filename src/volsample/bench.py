@@ -47,9 +47,13 @@ import volsample
 from . import _dtypes
 from ._progress import ProgressBar
 
-PEERS = ("volsample-grid", "pytorch", "scipy", "volresample", "simpleitk", "jax")
-# volsample-grid: volsample's own grid sampler on a formed grid (the warp workloads' baseline)
-_PEER_MODULES = {"volsample-grid": "volsample", "pytorch": "torch", "scipy": "scipy",
+PEERS = ("volsample-grid", "pytorch", "scipy", "volresample", "simpleitk", "jax",
+         "volsample-numpy", "volsample-patch")
+# volsample-grid: volsample's own grid sampler on a formed grid (the warp workloads' baseline);
+# volsample-numpy, volsample-patch: the NumPy API and F.grid_sample under
+# volsample.torch.patch(), beside volsample.torch (the small-size family)
+_PEER_MODULES = {"volsample-grid": "volsample", "volsample-numpy": "volsample",
+                 "volsample-patch": "torch", "pytorch": "torch", "scipy": "scipy",
                  "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "jax"}
 
 
@@ -289,6 +293,56 @@ def _upsample_workload(name, N, C, in_spatial, scale, direction, dtype=np.float3
     return Workload(name, build, nbytes, quick)
 
 
+def _small_workload(name, C, in_size, out_shape, direction, quick=False):
+    """A small call through volsample.torch ("volsample"), where the cost of the door (the
+    custom op, autograd, the description, the tensor views) weighs most: against PyTorch's
+    F.grid_sample, the NumPy API on the same memory and F.grid_sample under
+    ``volsample.torch.patch()``. ``direction`` "forward", or "step": the forward, then
+    ``.sum().backward()`` into input and grid, as users write it (the NumPy API: its
+    forward and its backward with an output gradient of ones)."""
+    spatial = (in_size,) * 3
+    points = int(np.prod(out_shape))
+    volume_bytes, out_bytes = C * in_size ** 3 * 4, points * C * 4
+    nbytes = volume_bytes + points * 12 + out_bytes
+    if direction == "step":
+        nbytes += out_bytes + volume_bytes + points * 12
+
+    def build():
+        import torch
+        import torch.nn.functional as F
+
+        import volsample.torch as vt
+
+        x = _volume((1, C) + spatial, np.float32)
+        grid = random_grid(1, *out_shape)
+        ones = np.ones((1, C) + out_shape, np.float32)
+        tx, tgrid = torch.from_numpy(x), torch.from_numpy(grid)
+        with vt.patch():
+            patched = F.grid_sample  # what the user's F.grid_sample is under patch()
+        samplers = {"volsample": vt.grid_sample, "pytorch": F.grid_sample,
+                    "volsample-patch": patched}
+        if direction == "forward":
+            impls = {name: (lambda fn=fn: fn(tx, tgrid, align_corners=True))
+                     for name, fn in samplers.items()}
+            impls["volsample-numpy"] = lambda: volsample.grid_sample_3d(x, grid,
+                                                                        align_corners=True)
+            return impls
+        tx.requires_grad_(), tgrid.requires_grad_()
+
+        def step(fn):
+            fn(tx, tgrid, align_corners=True).sum().backward()
+
+        def numpy_step():
+            volsample.grid_sample_3d(x, grid, align_corners=True)
+            volsample.grid_sample_3d_backward(ones, x, grid, align_corners=True)
+
+        impls = {name: (lambda fn=fn: step(fn)) for name, fn in samplers.items()}
+        impls["volsample-numpy"] = numpy_step
+        return impls
+
+    return Workload(name, build, nbytes, quick)
+
+
 def affine_theta(N, seed=0, dtype=np.float32):
     """Per batch item a small rotation, scaling and shift, as a registration meets them:
     theta (N, 3, 4) in affine_grid's convention."""
@@ -473,6 +527,15 @@ def suite(shrink: int = 1) -> list[Workload]:
         ]
     w.append(_grid_workload("grid.fwd gib N1 C1 512x512x1024 -> 256x256x512", 1, 1,
                             s(512, 512, 1024), smooth, s(256, 256, 512), "forward"))
+    # Small calls, where the door's fixed cost shows: volumes of 8^3 to 32^3 sampled at as
+    # many points, and keypoints (1,000 points of a 32^3 C16 feature volume).
+    if _have("torch"):
+        for direction, short in (("forward", "fwd"), ("step", "fwd+bwd")):
+            for size, C in ((8, 1), (8, 4), (16, 1), (16, 4), (32, 1)):
+                w.append(_small_workload(f"small.{short} N1 C{C} {size}^3", C, s(size)[0],
+                                         s(size, size, size), direction))
+            w.append(_small_workload(f"small.{short} keypoints N1 C16 32^3 at 1000", 16,
+                                     s(32)[0], (1, 1, 1000), direction))
     return w
 
 

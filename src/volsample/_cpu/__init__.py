@@ -27,6 +27,7 @@ def operand(arr: np.ndarray | None) -> np.ndarray | None:
     protocol has no bfloat16), and strides that are whole elements (else a copy)."""
     if arr is None:
         return None
-    if any(s % arr.itemsize for s in arr.strides):
+    # (an aligned array of these dtypes, whose alignment is their size, has whole strides)
+    if not arr.flags.aligned and any(s % arr.itemsize for s in arr.strides):
         arr = np.ascontiguousarray(arr)
     return arr.view(np.uint16) if _dtypes.is_bfloat16(arr.dtype) else arr

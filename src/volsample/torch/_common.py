@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import warnings
+import inspect
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from .. import _calls, _checks
 from .._torch_formats import is_channels_last, memory_format
@@ -66,11 +67,18 @@ class _TensorMemory:
             "strides": tuple(s * size for s in t.stride()), "data": (t.const_data_ptr(), True)}  # type: ignore[attr-defined]  # not in torch's stubs
 
 
+_is_cow = torch._C._is_cow_tensor  # type: ignore[attr-defined]  # not in torch's stubs
+
+
 def read_only_array(t: torch.Tensor) -> np.ndarray:
     """The elements of the CPU tensor ``t`` (an operand the op only reads) as a read-only
     NumPy array of its logical shape and strides: a view of its memory, never a copy, and a
     copy-on-write tensor stays unmaterialised. The raw elements: an op's operands come
     with negative views resolved by the dispatcher."""
+    if not _is_cow(t):  # Tensor.numpy(): the cheapest view (no Python object of ours)
+        arr = _numpy_view(t.detach())
+        arr.flags.writeable = False
+        return arr
     # Unsigned words of the element's size, then the element type (NumPy has no bfloat16).
     return np.asarray(_TensorMemory(t.detach())).view(_TO_NUMPY[t.dtype])
 
@@ -78,8 +86,10 @@ def read_only_array(t: torch.Tensor) -> np.ndarray:
 def writable_array(t: torch.Tensor | None) -> np.ndarray | None:
     """A result tensor the op allocated (never a lazy copy) as a writable NumPy view of the
     same logical shape and strides; None stays None (a gradient not asked for)."""
-    if t is None:
-        return None
+    return None if t is None else _numpy_view(t)
+
+
+def _numpy_view(t: torch.Tensor) -> np.ndarray:
     if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: reinterpret the bits
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
@@ -259,14 +269,49 @@ def torch_errors(op: str):
 
 def raises_torch_errors(op: str):
     """Decorate a check or entry point of operator ``op`` so that its errors are the torch
-    layer's (see ``torch_errors``)."""
+    layer's (see ``torch_errors``; a plain try, cheaper per call than the context)."""
     def decorate(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with torch_errors(op):
+            try:
                 return fn(*args, **kwargs)
+            except _TORCH_CLASSES:
+                raise
+            except _checks.VolsampleError as error:
+                raise _torch_error(op, error).with_traceback(error.__traceback__) from None
         return wrapper
     return decorate
+
+
+def cached_description(describe):
+    """Decorate an op's ``describe(*args)`` (its checked ``_calls`` description) to reuse
+    the description of an earlier call with the same tensor shapes, strides, dtypes and
+    devices and the same other arguments: the checks depend on nothing else, and building
+    the description costs more than a small call's kernel. A call that fails its checks
+    is not remembered (it raises every time); arguments that cannot key a dict (symbolic
+    sizes while torch.compile traces) are described afresh."""
+    cache: dict = {}
+
+    @functools.wraps(describe)
+    def described(*args):
+        try:
+            key = tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor)
+                        else (list, tuple(a)) if isinstance(a, list) else (type(a), a)
+                        for a in args)
+            return cache[key]
+        except KeyError:
+            pass
+        except (TypeError, RuntimeError):  # unhashable (SymInt) or strideless: uncached
+            return describe(*args)
+        call = describe(*args)
+        if len(cache) >= _DESCRIPTIONS_KEPT:
+            cache.clear()
+        cache[key] = call
+        return call
+    return described
+
+
+_DESCRIPTIONS_KEPT = 512  # per op: the shapes of a training loop's calls, and then some
 
 
 # ---------------------------------------------------------------------------------------
@@ -349,20 +394,153 @@ def sizes(value):
 
 
 # ---------------------------------------------------------------------------------------
-# Autograd entry: a torch.autograd.Function in eager mode (forward- and reverse-mode AD,
-# torch.func), the op itself while torch.compile traces (Dynamo cannot trace a Function
-# with a custom jvp; the op's own Autograd kernel carries both modes there)
+# The ops, defined at the dispatcher's own level: a schema, a kernel per dispatch key, a
+# fake for torch.compile, an Autograd kernel and a batching rule. (torch.library.custom_op
+# would wrap each kernel in per-call Python that costs more than a small call's kernel.)
 # ---------------------------------------------------------------------------------------
 
+_LIBRARY = torch.library.Library("volsample", "DEF")
+_DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA"}
 
-_AUTOGRAD_LIBRARY = torch.library.Library("volsample", "IMPL")
+
+def custom_op(name: str, schema: str, devices=("cpu",)):
+    """Decorator: define the op ``volsample::<name>`` of ``schema`` with the function as its
+    kernel on ``devices``; returns the op (``torch.ops.volsample.<name>.default``)."""
+    def define(fn):
+        _LIBRARY.define(name + schema, tags=(torch.Tag.pt2_compliant_tag,))
+        for device in devices:
+            _LIBRARY.impl(name, fn, _DISPATCH_KEYS[device])
+        op = getattr(torch.ops.volsample, name).default
+        _CPU_KERNELS[op] = fn
+        return op
+    return define
+
+
+_CPU_KERNELS: dict = {}  # op -> its CPU kernel, for ``below_autograd``'s direct calls
+
+
+def below_autograd(op, *args):
+    """``op(*args)`` below autograd (what a Function's forward and an unrecorded call run).
+    Plain CPU tensors with nothing watching the dispatcher go straight to the op's CPU
+    kernel: the dispatcher's round trip into Python costs more than a small kernel, and
+    there is nothing for it to do (its other keys would fall through)."""
+    kernel = _CPU_KERNELS.get(op)
+    if kernel is not None and _direct(args):
+        return kernel(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)
+
+
+def _direct(args) -> bool:
+    """Whether a call may skip the dispatcher: no dispatch or function mode (FakeTensor,
+    tracing, opcheck, ``torch.device`` contexts), no torch.func transform, no profiler
+    (which records ops at the dispatcher), and every tensor a plain strided CPU tensor
+    without a lazy negation or zero-tensor flag (the dispatcher resolves those first)."""
+    if (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
+            or torch._C._are_functorch_transforms_active()
+            or torch.autograd.profiler._is_profiler_enabled):
+        return False
+    return all(type(a) is torch.Tensor and a.is_cpu and a.layout is torch.strided
+               and not a.is_neg() and not a._is_zerotensor()
+               for a in args if isinstance(a, torch.Tensor))
+
+
+def register_kernel(op, device: str):
+    """Decorator: the function is ``op``'s kernel for tensors on ``device`` ("cpu", "cuda")."""
+    def register(fn):
+        _LIBRARY.impl(op._opname, fn, _DISPATCH_KEYS[device])
+        return fn
+    return register
+
+
+def register_fake(op):
+    """Decorator: the function is ``op``'s fake (shapes, dtypes and memory formats of its
+    results, for torch.compile and FakeTensor tracing)."""
+    def register(fn):
+        torch.library.register_fake(op, fn, lib=_LIBRARY)
+        return fn
+    return register
+
+
+def register_vmap(op):
+    """Decorator: the function is ``op``'s batching rule under ``torch.func.vmap`` (see
+    ``torch.library.register_vmap``)."""
+    def register(fn):
+        torch.library.register_vmap(op, fn, lib=_LIBRARY)
+        return fn
+    return register
+
+
+# Batching rules (torch.func.vmap): a vmapped call is one call of the op, the vmapped
+# dimension folded into N (or, for one volume sampled at a batch of grids, into the grid's
+# Do), never a loop over the batch.
+
+
+def fold_into_n(batch_size: int, in_dims, args) -> list:
+    """``args`` of one op call for a vmapped call: each tensor's vmapped dimension folded
+    into its N (dim 0), (B, N, ...) -> (B * N, ...), an unbatched tensor expanded to the
+    batch first (a view; the reshape copies only where it cannot view). Other arguments
+    (None, modes) as they are."""
+    return [_fold_into_n(a, d, batch_size) if isinstance(a, torch.Tensor) else a
+            for a, d in zip(args, in_dims)]
+
+
+def _fold_into_n(t: torch.Tensor, dim, batch_size: int) -> torch.Tensor:
+    t = t.expand(batch_size, *t.shape) if dim is None else t.movedim(dim, 0)
+    return t.flatten(0, 1)
+
+
+def fold_points(t: torch.Tensor, dim, batch_size: int) -> torch.Tensor:
+    """A grid-like (N, Do, Ho, Wo, 3) tensor of a vmapped call with the batch folded into
+    Do: (B, N, Do, ...) -> (N, B * Do, ...), an unbatched one expanded first."""
+    t = t.unsqueeze(1).expand(-1, batch_size, *t.shape[1:]) if dim is None else t.movedim(dim, 1)
+    return t.flatten(1, 2)
+
+
+def unfold_n(results, batch_size: int):
+    """(results, out_dims) of a call made by ``fold_into_n``: (B * N, ...) -> (B, N, ...);
+    the empty stand-in of a gradient not asked for stays unbatched."""
+    def unfold(t):
+        if t.dim() == 1 and t.numel() == 0:
+            return t, None
+        return t.unflatten(0, (batch_size, t.shape[0] // batch_size)), 0
+    if isinstance(results, torch.Tensor):
+        return unfold(results)
+    pairs = [unfold(t) for t in results]
+    return tuple(t for t, _ in pairs), tuple(d for _, d in pairs)
+
+
+class Function(torch.autograd.Function):
+    """``torch.autograd.Function`` whose ``apply`` binds no signature per call: outside
+    torch.func transforms it goes straight to the C++ apply (``Function.apply`` runs
+    ``inspect.signature`` on every call of a Function with ``setup_context``, to fill in
+    defaults; volsample's callers pass every argument). Under the transforms, as before."""
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        if (kwargs or len(args) < _positional_count(cls)
+                or torch._C._are_functorch_transforms_active()):
+            return super().apply(*args, **kwargs)  # defaults to fill in, or transforms
+        # Tensors that escaped a finished transform lose its wrappers (as Function.apply does).
+        args = tuple(_unwrap_if_dead(a) if isinstance(a, torch.Tensor) else a for a in args)
+        return super(torch.autograd.Function, cls).apply(*args)  # the C++ apply
+
+
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
+@functools.cache
+def _positional_count(cls) -> int:
+    """How many arguments ``cls.forward`` takes (0 for ``*args``: any count is whole)."""
+    parameters = inspect.signature(cls.forward).parameters.values()
+    return 0 if any(p.kind is p.VAR_POSITIONAL for p in parameters) else len(parameters)
 
 
 def set_autograd_kernels(functions: dict) -> None:
-    """Make each ``torch.autograd.Function`` (by op name) its custom op's Autograd kernel (replacing the
-    backward-only one that ``torch.library.custom_op`` makes), so that calling an op
-    directly has both AD modes too. torch.func transforms reach Functions only through
-    ``Function.apply`` at the top, never from inside an op's kernel: those get a clear error.
+    """Make each ``torch.autograd.Function`` (by op name) its custom op's Autograd kernel,
+    so that calling an op directly has both AD modes too. torch.func transforms reach
+    Functions only through ``Function.apply`` at the top, never from inside an op's kernel:
+    those get a clear error.
     """
     for name, function in functions.items():
         def kernel(*args, _op_name=name, _function=function):
@@ -373,15 +551,20 @@ def set_autograd_kernels(functions: dict) -> None:
                     f"upsample_trilinear / warp, which support them")
             return _function.apply(*args)
 
-        with warnings.catch_warnings():  # "overriding a previously registered kernel"
-            warnings.simplefilter("ignore", UserWarning)
-            _AUTOGRAD_LIBRARY.impl(name, kernel, "Autograd")
+        _LIBRARY.impl(name, kernel, "Autograd")
 
 
 def call(function, op, *args):
-    """``function.apply(*args)`` in eager mode, ``op(*args)`` under torch.compile."""
+    """``function.apply(*args)`` in eager mode, ``op(*args)`` under torch.compile; the op
+    below autograd where there is nothing for either AD mode to record (no operand requires
+    grad, or grad mode is off, as in a backward; no forward-AD level; no torch.func
+    transform), which costs a Function's context less."""
     if torch.compiler.is_compiling():
         return op(*args)
+    if (_forward_ad._current_level < 0 and not torch._C._are_functorch_transforms_active()
+            and not (torch.is_grad_enabled() and any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in args))):
+        return below_autograd(op, *args)
     return function.apply(*args)
 
 

@@ -23,6 +23,7 @@ _BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, int interpo
                     "int padding_mode, bool align_corners, bool[] output_mask) -> (Tensor, Tensor)")
 
 
+@_common.cached_description
 @_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _calls.GridSample:
     """The forward's checked description (every device, and the fake)."""
@@ -34,6 +35,7 @@ def _describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _
                               shape_order="NCDHW", dialect=_common.TORCH)
 
 
+@_common.cached_description
 @_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                        align_corners, output_mask) -> _calls.GridSample:
@@ -62,8 +64,7 @@ def _returned(gradients, input, grid):
             _unasked(grid) if grad_grid is None else grad_grid)
 
 
-@torch.library.custom_op("volsample::grid_sampler_3d", mutates_args=(), device_types="cpu",
-                         schema=_FORWARD_SCHEMA)
+@_common.custom_op("grid_sampler_3d", _FORWARD_SCHEMA)
 def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
     """``aten::grid_sampler_3d`` semantics: ``input`` (N, C, D, H, W) sampled at ``grid``
     (N, Do, Ho, Wo, 3), giving (N, C, Do, Ho, Wo) in the input's dtype and memory format."""
@@ -73,21 +74,20 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
     return out
 
 
-@grid_sampler_3d.register_kernel("cuda")
+@_common.register_kernel(grid_sampler_3d, "cuda")
 def _grid_sampler_3d_cuda(input, grid, interpolation_mode, padding_mode, align_corners):
     call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
     return _common.gpu_backend("grid_sample").forward(input, grid, call.mode, call.padding,
                                                       call.align_corners)
 
 
-@grid_sampler_3d.register_fake
+@_common.register_fake(grid_sampler_3d)
 def _grid_sampler_3d_fake(input, grid, interpolation_mode, padding_mode, align_corners):
     call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
     return _common.empty_volume(call.output_shape, input)
 
 
-@torch.library.custom_op("volsample::grid_sampler_3d_backward", mutates_args=(),
-                         device_types="cpu", schema=_BACKWARD_SCHEMA)
+@_common.custom_op("grid_sampler_3d_backward", _BACKWARD_SCHEMA)
 def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                              align_corners, output_mask):
     """Gradients (grad_input, grad_grid) of ``grid_sampler_3d``; grad_input has the input's
@@ -101,7 +101,7 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
     return _returned(gradients, input, grid)
 
 
-@grid_sampler_3d_backward.register_kernel("cuda")
+@_common.register_kernel(grid_sampler_3d_backward, "cuda")
 def _grid_sampler_3d_backward_cuda(grad_output, input, grid, interpolation_mode, padding_mode,
                                    align_corners, output_mask):
     call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
@@ -111,7 +111,7 @@ def _grid_sampler_3d_backward_cuda(grad_output, input, grid, interpolation_mode,
         _config.get_deterministic()), input, grid)
 
 
-@grid_sampler_3d_backward.register_fake
+@_common.register_fake(grid_sampler_3d_backward)
 def _grid_sampler_3d_backward_fake(grad_output, input, grid, interpolation_mode, padding_mode,
                                    align_corners, output_mask):
     call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
@@ -145,8 +145,7 @@ def _check_tangent(grid_tangent, grid):
     _checks.shape_equal("grid_tangent", grid_tangent.shape, grid.shape, "grid's shape")
 
 
-@torch.library.custom_op("volsample::grid_sampler_3d_jvp", mutates_args=(),
-                         device_types=("cpu", "cuda"), schema=_JVP_SCHEMA)
+@_common.custom_op("grid_sampler_3d_jvp", _JVP_SCHEMA, devices=("cpu", "cuda"))
 @_common.raises_torch_errors(_common.GRID_SAMPLER)
 def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_mode,
                         align_corners):
@@ -162,7 +161,7 @@ def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_m
     return out.contiguous(memory_format=_common.memory_format(input))
 
 
-@grid_sampler_3d_jvp.register_fake
+@_common.register_fake(grid_sampler_3d_jvp)
 @_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode, padding_mode,
                               align_corners):
@@ -171,8 +170,8 @@ def _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode, pad
     return _common.empty_volume(call.output_shape, input)
 
 
-@torch.library.custom_op("volsample::grid_sampler_3d_backward_jvp", mutates_args=(),
-                         device_types=("cpu", "cuda"), schema=_BACKWARD_JVP_SCHEMA)
+@_common.custom_op("grid_sampler_3d_backward_jvp", _BACKWARD_JVP_SCHEMA,
+                   devices=("cpu", "cuda"))
 @_common.raises_torch_errors(_common.GRID_SAMPLER)
 def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpolation_mode,
                                  padding_mode, align_corners, output_mask):
@@ -197,7 +196,7 @@ def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpo
             _unasked(grid) if grad_grid is None else grad_grid)
 
 
-@grid_sampler_3d_backward_jvp.register_fake
+@_common.register_fake(grid_sampler_3d_backward_jvp)
 @_common.raises_torch_errors(_common.GRID_SAMPLER)
 def _grid_sampler_3d_backward_jvp_fake(grad_output, input, grid, grid_tangent,
                                        interpolation_mode, padding_mode, align_corners,
@@ -205,6 +204,52 @@ def _grid_sampler_3d_backward_jvp_fake(grad_output, input, grid, grid_tangent,
     _check_tangent(grid_tangent, grid)
     return _grid_sampler_3d_backward_fake(grad_output, input, grid, interpolation_mode,
                                           padding_mode, align_corners, output_mask)
+
+
+# ---------------------------------------------------------------------------------------
+# Batching rules (torch.func.vmap): one op call per vmapped call
+# ---------------------------------------------------------------------------------------
+
+
+def _sample_batched(op, info, in_dims, tensors, modes):
+    """A vmapped call of a forward op (input, grid[, grid_tangent], *modes): one volume
+    (an unbatched input) is sampled at every grid in one call, the batch folded into the
+    grid's Do (the volume never copied); else the batch folds into N."""
+    B = info.batch_size
+    input, *grids = tensors
+    if in_dims[0] is None:
+        grid, dim = grids[0], in_dims[1]
+        Do = grid.shape[1] if dim is None else grid.movedim(dim, 0).shape[2]
+        folded = [_common.fold_points(g, d, B) for g, d in zip(grids, in_dims[1:])]
+        out = op(input, *folded, *modes)  # (N, C, B * Do, Ho, Wo)
+        return out.unflatten(2, (B, Do)), 2
+    return _common.unfold_n(op(*_common.fold_into_n(B, in_dims, tensors), *modes), B)
+
+
+@_common.register_vmap(grid_sampler_3d)
+def _grid_sampler_3d_vmap(info, in_dims, input, grid, *modes):
+    return _sample_batched(grid_sampler_3d, info, in_dims, (input, grid), modes)
+
+
+@_common.register_vmap(grid_sampler_3d_jvp)
+def _grid_sampler_3d_jvp_vmap(info, in_dims, input, grid, grid_tangent, *modes):
+    return _sample_batched(grid_sampler_3d_jvp, info, in_dims, (input, grid, grid_tangent), modes)
+
+
+@_common.register_vmap(grid_sampler_3d_backward)
+def _grid_sampler_3d_backward_vmap(info, in_dims, grad_output, input, grid, *modes_and_mask):
+    tensors = _common.fold_into_n(info.batch_size, in_dims, (grad_output, input, grid))
+    return _common.unfold_n(grid_sampler_3d_backward(*tensors, *modes_and_mask),
+                            info.batch_size)
+
+
+@_common.register_vmap(grid_sampler_3d_backward_jvp)
+def _grid_sampler_3d_backward_jvp_vmap(info, in_dims, grad_output, input, grid, grid_tangent,
+                                       *modes_and_mask):
+    tensors = _common.fold_into_n(info.batch_size, in_dims,
+                                  (grad_output, input, grid, grid_tangent))
+    return _common.unfold_n(grid_sampler_3d_backward_jvp(*tensors, *modes_and_mask),
+                            info.batch_size)
 
 
 # ---------------------------------------------------------------------------------------
@@ -241,18 +286,13 @@ def _backward_grid_jvp(grad_output, input, grid, tangent, *modes_and_mask):
                         tangent, *modes_and_mask)
 
 
-def _below_autograd(op, *args):
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args)
-
-
-class _GridSampler3d(torch.autograd.Function):
+class _GridSampler3d(_common.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(input, grid, interpolation_mode, padding_mode, align_corners):
-        return _below_autograd(grid_sampler_3d, input, grid, interpolation_mode, padding_mode,
-                               align_corners)
+        return _common.below_autograd(grid_sampler_3d, input, grid, interpolation_mode,
+                                      padding_mode, align_corners)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -279,7 +319,7 @@ class _GridSampler3d(torch.autograd.Function):
         return out
 
 
-class _GridSampler3dBackward(torch.autograd.Function):
+class _GridSampler3dBackward(_common.Function):
     """The backward as a function of (grad_output, input, grid): linear in grad_output and
     in input; its grid derivatives are the second derivatives of the forward."""
     generate_vmap_rule = True
@@ -287,8 +327,9 @@ class _GridSampler3dBackward(torch.autograd.Function):
     @staticmethod
     def forward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
                 output_mask):
-        return _below_autograd(grid_sampler_3d_backward, grad_output, input, grid,
-                               interpolation_mode, padding_mode, align_corners, output_mask)
+        return _common.below_autograd(grid_sampler_3d_backward, grad_output, input, grid,
+                                      interpolation_mode, padding_mode, align_corners,
+                                      output_mask)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -342,7 +383,7 @@ class _GridSampler3dBackward(torch.autograd.Function):
                 grad_grid if want_grid and grad_grid is not None else zeros[1].zero_())
 
 
-class _ThirdOrderUnsupported(torch.autograd.Function):
+class _ThirdOrderUnsupported(_common.Function):
     """Base of the grid-direction derivative ops' Functions: their own derivatives would
     be third derivatives of grid sampling, which volsample does not provide."""
     generate_vmap_rule = True
@@ -364,13 +405,13 @@ class _ThirdOrderUnsupported(torch.autograd.Function):
 class _GridJvp(_ThirdOrderUnsupported):
     @staticmethod
     def forward(*args):
-        return _below_autograd(grid_sampler_3d_jvp, *args)
+        return _common.below_autograd(grid_sampler_3d_jvp, *args)
 
 
 class _BackwardJvp(_ThirdOrderUnsupported):
     @staticmethod
     def forward(*args):
-        return _below_autograd(grid_sampler_3d_backward_jvp, *args)
+        return _common.below_autograd(grid_sampler_3d_backward_jvp, *args)
 
 
 _common.set_autograd_kernels({"grid_sampler_3d": _GridSampler3d,

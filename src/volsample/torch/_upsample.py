@@ -30,6 +30,7 @@ def _symbolic(sizes) -> bool:
     return any(isinstance(v, torch.SymInt) for v in sizes)
 
 
+@_common.cached_description
 @_common.raises_torch_errors(_common.UPSAMPLE)
 def _describe(input, output_size, align_corners, scales) -> _calls.Upsample:
     """The forward's checked description (every device, and the fake): ``scales``, if
@@ -40,6 +41,7 @@ def _describe(input, output_size, align_corners, scales) -> _calls.Upsample:
                            dialect=_common.TORCH)
 
 
+@_common.cached_description
 @_common.raises_torch_errors(_common.UPSAMPLE)
 def _describe_backward(grad_output, input_size, align_corners, scales) -> _calls.Upsample:
     return _calls.upsample_backward(_common.operand("grad_output", grad_output),
@@ -48,8 +50,7 @@ def _describe_backward(grad_output, input_size, align_corners, scales) -> _calls
                                     dialect=_common.TORCH)
 
 
-@torch.library.custom_op("volsample::upsample_trilinear3d", mutates_args=(), device_types="cpu",
-                         schema=_FORWARD_SCHEMA)
+@_common.custom_op("upsample_trilinear3d", _FORWARD_SCHEMA)
 def upsample_trilinear3d(input, output_size, align_corners, scales=None):
     """Resize ``input`` (N, C, Di, Hi, Wi) to spatial ``output_size`` (Do, Ho, Wo) by
     trilinear interpolation; ``scales`` (D, H, W), if given, are the factors that made
@@ -60,14 +61,14 @@ def upsample_trilinear3d(input, output_size, align_corners, scales=None):
     return out
 
 
-@upsample_trilinear3d.register_kernel("cuda")
+@_common.register_kernel(upsample_trilinear3d, "cuda")
 def _upsample_trilinear3d_cuda(input, output_size, align_corners, scales=None):
     call = _describe(input, output_size, align_corners, scales)
     return _common.gpu_backend("upsample").forward(input, call.output_shape[2:],
                                                    call.align_corners, scales and call.scales)
 
 
-@upsample_trilinear3d.register_fake
+@_common.register_fake(upsample_trilinear3d)
 def _upsample_trilinear3d_fake(input, output_size, align_corners, scales=None):
     if _symbolic(output_size) or _symbolic(input.shape):
         return _common.empty_volume(tuple(input.shape[:2]) + tuple(output_size), input)
@@ -75,8 +76,7 @@ def _upsample_trilinear3d_fake(input, output_size, align_corners, scales=None):
                                 input)
 
 
-@torch.library.custom_op("volsample::upsample_trilinear3d_backward", mutates_args=(),
-                         device_types="cpu", schema=_BACKWARD_SCHEMA)
+@_common.custom_op("upsample_trilinear3d_backward", _BACKWARD_SCHEMA)
 def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales=None):
     """Gradient of ``upsample_trilinear3d`` for its input, of logical shape ``input_size``
     (N, C, Di, Hi, Wi), in grad_output's dtype and memory format. ``scales`` are the
@@ -87,7 +87,7 @@ def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales
     return grad_input
 
 
-@upsample_trilinear3d_backward.register_kernel("cuda")
+@_common.register_kernel(upsample_trilinear3d_backward, "cuda")
 def _upsample_trilinear3d_backward_cuda(grad_output, input_size, align_corners, scales=None):
     call = _describe_backward(grad_output, input_size, align_corners, scales)
     return _common.gpu_backend("upsample").backward(grad_output, call.input_shape,
@@ -95,13 +95,31 @@ def _upsample_trilinear3d_backward_cuda(grad_output, input_size, align_corners, 
                                                     _config.get_deterministic())
 
 
-@upsample_trilinear3d_backward.register_fake
+@_common.register_fake(upsample_trilinear3d_backward)
 def _upsample_trilinear3d_backward_fake(grad_output, input_size, align_corners, scales=None):
     if _symbolic(input_size) or _symbolic(grad_output.shape):
         return _common.empty_volume(tuple(input_size), grad_output)
     return _common.empty_volume(
         _describe_backward(grad_output, input_size, align_corners, scales).input_shape,
         grad_output)
+
+
+@_common.register_vmap(upsample_trilinear3d)
+def _upsample_trilinear3d_vmap(info, in_dims, input, output_size, align_corners, scales=None):
+    """vmap: one call, the batch folded into N."""
+    (input,) = _common.fold_into_n(info.batch_size, in_dims[:1], (input,))
+    return _common.unfold_n(upsample_trilinear3d(input, output_size, align_corners, scales),
+                            info.batch_size)
+
+
+@_common.register_vmap(upsample_trilinear3d_backward)
+def _upsample_trilinear3d_backward_vmap(info, in_dims, grad_output, input_size, align_corners,
+                                        scales=None):
+    (grad_output,) = _common.fold_into_n(info.batch_size, in_dims[:1], (grad_output,))
+    input_size = [info.batch_size * input_size[0], *input_size[1:]]
+    return _common.unfold_n(upsample_trilinear3d_backward(grad_output, input_size,
+                                                          align_corners, scales),
+                            info.batch_size)
 
 
 def _forward(input, output_size, align_corners, scales):
@@ -114,18 +132,14 @@ def _backward(grad_output, input_size, align_corners, scales):
                         grad_output, input_size, align_corners, scales)
 
 
-def _below_autograd(op, *args):
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args)
-
-
-class _UpsampleTrilinear3d(torch.autograd.Function):
+class _UpsampleTrilinear3d(_common.Function):
     """Linear: its jvp is itself on the tangent, its adjoint the backward op."""
     generate_vmap_rule = True
 
     @staticmethod
     def forward(input, output_size, align_corners, scales=None):
-        return _below_autograd(upsample_trilinear3d, input, output_size, align_corners, scales)
+        return _common.below_autograd(upsample_trilinear3d, input, output_size, align_corners,
+                                      scales)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -144,14 +158,14 @@ class _UpsampleTrilinear3d(torch.autograd.Function):
         return _forward(input_tangent, ctx.output_size, ctx.align_corners, ctx.scales)
 
 
-class _UpsampleTrilinear3dBackward(torch.autograd.Function):
+class _UpsampleTrilinear3dBackward(_common.Function):
     """The adjoint map, linear in grad_output: its adjoint is the forward."""
     generate_vmap_rule = True
 
     @staticmethod
     def forward(grad_output, input_size, align_corners, scales=None):
-        return _below_autograd(upsample_trilinear3d_backward, grad_output, input_size,
-                               align_corners, scales)
+        return _common.below_autograd(upsample_trilinear3d_backward, grad_output, input_size,
+                                      align_corners, scales)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

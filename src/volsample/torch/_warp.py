@@ -43,6 +43,7 @@ def _codes(interpolation_mode, padding_mode, displacement_units):
             PADDINGS.check_code(padding_mode), UNITS.check_code(displacement_units))
 
 
+@_common.cached_description
 @_common.raises_torch_errors(_common.WARP)
 def _describe(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
               displacement_units) -> _calls.Warp:
@@ -53,6 +54,7 @@ def _describe(input, theta, displacement, size, interpolation_mode, padding_mode
                        _common.layout(input), shape_order="NCDHW", dialect=_common.TORCH)
 
 
+@_common.cached_description
 @_common.raises_torch_errors(_common.WARP)
 def _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
                        padding_mode, align_corners, displacement_units,
@@ -86,8 +88,7 @@ def _read(t):
     return None if t is None else _common.read_only_array(t)
 
 
-@torch.library.custom_op("volsample::warp_3d", mutates_args=(), device_types="cpu",
-                         schema=_FORWARD_SCHEMA)
+@_common.custom_op("warp_3d", _FORWARD_SCHEMA)
 def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
             displacement_units):
     """``input`` (N, C, D, H, W) sampled at ``affine_grid(theta, size) + displacement``
@@ -101,7 +102,7 @@ def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, 
     return out
 
 
-@warp_3d.register_kernel("cuda")
+@_common.register_kernel(warp_3d, "cuda")
 def _warp_3d_cuda(input, theta, displacement, size, interpolation_mode, padding_mode,
                   align_corners, displacement_units):
     call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
@@ -115,7 +116,7 @@ def _symbolic(*shapes) -> bool:
     return any(isinstance(v, torch.SymInt) for shape in shapes for v in shape)
 
 
-@warp_3d.register_fake
+@_common.register_fake(warp_3d)
 def _warp_3d_fake(input, theta, displacement, size, interpolation_mode, padding_mode,
                   align_corners, displacement_units):
     if _symbolic(input.shape, size):
@@ -125,8 +126,7 @@ def _warp_3d_fake(input, theta, displacement, size, interpolation_mode, padding_
     return _common.empty_volume(call.output_shape, input)
 
 
-@torch.library.custom_op("volsample::warp_3d_backward", mutates_args=(), device_types="cpu",
-                         schema=_BACKWARD_SCHEMA)
+@_common.custom_op("warp_3d_backward", _BACKWARD_SCHEMA)
 def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode, padding_mode,
                      align_corners, displacement_units, output_mask):
     """Gradients (grad_input, grad_theta, grad_displacement) of ``warp_3d``, as
@@ -140,7 +140,7 @@ def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode
     return _returned(gradients, input)
 
 
-@warp_3d_backward.register_kernel("cuda")
+@_common.register_kernel(warp_3d_backward, "cuda")
 def _warp_3d_backward_cuda(grad_output, input, theta, displacement, interpolation_mode,
                            padding_mode, align_corners, displacement_units, output_mask):
     call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
@@ -149,7 +149,7 @@ def _warp_3d_backward_cuda(grad_output, input, theta, displacement, interpolatio
         call, grad_output, input, theta, displacement, _config.get_deterministic()), input)
 
 
-@warp_3d_backward.register_fake
+@_common.register_fake(warp_3d_backward)
 def _warp_3d_backward_fake(grad_output, input, theta, displacement, interpolation_mode,
                            padding_mode, align_corners, displacement_units, output_mask):
     if _symbolic(grad_output.shape, input.shape):
@@ -216,6 +216,20 @@ def _grid_tangent(theta_tangent, displacement_tangent, size, input, align_corner
 # ---------------------------------------------------------------------------------------
 
 
+@_common.register_vmap(warp_3d)
+def _warp_3d_vmap(info, in_dims, input, theta, displacement, *args):
+    """vmap: one call, the batch folded into N (theta's and the displacement's too)."""
+    tensors = _common.fold_into_n(info.batch_size, in_dims, (input, theta, displacement))
+    return _common.unfold_n(warp_3d(*tensors, *args), info.batch_size)
+
+
+@_common.register_vmap(warp_3d_backward)
+def _warp_3d_backward_vmap(info, in_dims, grad_output, input, theta, displacement, *args):
+    tensors = _common.fold_into_n(info.batch_size, in_dims,
+                                  (grad_output, input, theta, displacement))
+    return _common.unfold_n(warp_3d_backward(*tensors, *args), info.batch_size)
+
+
 def _forward(input, theta, displacement, *args):
     return _common.call(_Warp3d, warp_3d, input, theta, displacement, *args)
 
@@ -225,19 +239,15 @@ def _backward_op(grad_output, input, theta, displacement, *args):
                         displacement, *args)
 
 
-def _below_autograd(op, *args):
-    with torch._C._AutoDispatchBelowAutograd():
-        return op(*args)
-
-
-class _Warp3d(torch.autograd.Function):
+class _Warp3d(_common.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(input, theta, displacement, size, interpolation_mode, padding_mode,
                 align_corners, displacement_units):
-        return _below_autograd(warp_3d, input, theta, displacement, size, interpolation_mode,
-                               padding_mode, align_corners, displacement_units)
+        return _common.below_autograd(warp_3d, input, theta, displacement, size,
+                                      interpolation_mode, padding_mode, align_corners,
+                                      displacement_units)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -295,14 +305,14 @@ def _composed_backward(grad_output, input, theta, displacement, ctx, mask):
     return grad_input, grad_theta, grad_displacement
 
 
-class _Warp3dBackward(torch.autograd.Function):
+class _Warp3dBackward(_common.Function):
     """The fused backward op, run where its own derivatives are not wanted (derivatives of
     warp's backward go through ``_composed_backward``)."""
     generate_vmap_rule = True
 
     @staticmethod
     def forward(*args):
-        return _below_autograd(warp_3d_backward, *args)
+        return _common.below_autograd(warp_3d_backward, *args)
 
     @staticmethod
     def setup_context(ctx, inputs, output):

@@ -1,0 +1,235 @@
+"""volsample.torch under torch.func.vmap, and the door's per-call shortcuts.
+
+vmap: every op has a batching rule that folds the vmapped dimension into N (or, for one
+volume sampled at a batch of grids, into the grid's Do): one kernel call per vmapped call,
+no "performance drop" warning, and the results of the loop over the batch. Jacobians by
+jacrev (vmap over the backward ops) and jacfwd (vmap over the jvp ops) against each other
+and against PyTorch's own F.grid_sample. The door: descriptions cached per call shape
+never hide a check or a memory format, and a Function called with defaults left out
+still fills them in.
+
+Oracles: the loop over the batch (the same ops, call by call), PyTorch 2.13's jacobians.
+"""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F  # noqa: E402
+from test_torch import kink_free_grid  # noqa: E402
+
+import volsample.torch as vt  # noqa: E402
+from volsample.torch import _grid_sample, _upsample, _warp  # noqa: E402
+
+B = 3  # the vmapped batch
+
+
+def _operands(seed=0, N=2, C=2, spatial=(4, 5, 3), out=(2, 3, 2)):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn((B, N, C) + spatial, generator=gen, dtype=torch.float64)
+    grid = torch.stack([kink_free_grid(gen, (N,) + out, spatial, False) for _ in range(B)])
+    return x, grid
+
+
+def _item(t, dim, i):
+    return t if dim is None else t.select(dim, i)
+
+
+def _loop(fn, in_dims, args):
+    return torch.stack([fn(*(_item(a, d, i) for a, d in zip(args, in_dims)))
+                        for i in range(B)])
+
+
+class _Counter:
+    """Counts calls of a kernel launcher (a module's ``forward``/``backward``)."""
+
+    def __init__(self, monkeypatch, module, name):
+        self.calls = 0
+        original = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return original(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+
+
+def _no_performance_drop(fn, *args):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn(*args)
+    drops = [str(w.message) for w in caught if "performance drop" in str(w.message)]
+    assert not drops, drops
+    return result
+
+
+@pytest.mark.parametrize("in_dims", [(0, 0), (None, 0), (0, None), (2, 1)])
+@pytest.mark.parametrize("mode,padding_mode", [("bilinear", "zeros"), ("bilinear", "reflection"),
+                                               ("nearest", "border")])
+def test_vmap_grid_sample_is_one_kernel_call_and_the_loop(monkeypatch, in_dims, mode,
+                                                          padding_mode):
+    x, grid = _operands()
+    x = x if in_dims[0] is not None else x[0]
+    grid = grid if in_dims[1] is not None else grid[0]
+    if in_dims[0] == 2:  # the batch elsewhere than in front
+        x = x.movedim(0, 2)
+    if in_dims[1] == 1:
+        grid = grid.movedim(0, 1)
+
+    def fn(a, b):
+        return vt.grid_sample(a, b, mode, padding_mode, align_corners=False)
+    expected = _loop(fn, in_dims, (x, grid))
+    counter = _Counter(monkeypatch, _grid_sample._cpu, "forward")
+    got = _no_performance_drop(torch.func.vmap(fn, in_dims=in_dims), x, grid)
+    assert counter.calls == 1
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-14)
+
+
+def test_vmap_grid_sample_keeps_channels_last():
+    x, grid = _operands()
+    x = torch.stack([t.contiguous(memory_format=torch.channels_last_3d) for t in x])
+    got = torch.func.vmap(lambda a, b: vt.grid_sample(a, b, align_corners=True))(x, grid)
+    expected = _loop(lambda a, b: vt.grid_sample(a, b, align_corners=True), (0, 0), (x, grid))
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("in_dims", [(0, 0, 0), (None, 0, 0), (0, None, 0), (0, 0, None)])
+def test_vmap_grid_sample_backward_is_one_kernel_call_and_the_loop(monkeypatch, in_dims):
+    x, grid = _operands(1)
+    go = torch.randn(B, 2, 2, 2, 3, 2, dtype=torch.float64)
+    args = tuple(t if d is not None else t[0] for t, d in zip((go, x, grid), in_dims))
+
+    def fn(g, a, b):
+        return torch.ops.volsample.grid_sampler_3d_backward(g, a, b, 0, 1, False, [True, True])
+    expected = [torch.stack(t) for t in zip(*(fn(*(_item(a, d, i) for a, d in zip(args, in_dims)))
+                                              for i in range(B)))]
+    counter = _Counter(monkeypatch, _grid_sample._cpu, "backward")
+    with torch.autograd.graph.disable_saved_tensors_hooks("no autograd here"), torch.no_grad():
+        got = _no_performance_drop(torch.func.vmap(fn, in_dims=in_dims), *args)
+    assert counter.calls == 1
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_jacobians_through_the_batching_rules_match_pytorch(padding_mode):
+    x, grid = _operands(2, N=1, C=2, spatial=(3, 4, 3), out=(2, 2, 1))
+    x, grid = x[0], grid[0]
+
+    def ours(a, b):
+        return vt.grid_sample(a, b, "bilinear", padding_mode, align_corners=False)
+
+    def theirs(a, b):
+        return F.grid_sample(a, b, "bilinear", padding_mode, align_corners=False)
+    reverse = _no_performance_drop(torch.func.jacrev(ours, argnums=(0, 1)), x, grid)
+    forward = _no_performance_drop(torch.func.jacfwd(ours, argnums=(0, 1)), x, grid)
+    expected = torch.func.jacrev(theirs, argnums=(0, 1))(x, grid)
+    for r, f, e in zip(reverse, forward, expected):
+        torch.testing.assert_close(r, e, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(f, e, rtol=1e-10, atol=1e-12)
+
+
+def test_vmap_of_jacrev_matches_the_loop():
+    x, grid = _operands(3, N=1, C=1, spatial=(3, 3, 4), out=(1, 2, 2))
+
+    def loss(b, a):
+        return vt.grid_sample(a, b, align_corners=True).pow(2).sum()
+    per_grid = torch.func.jacrev(loss)
+    got = _no_performance_drop(torch.func.vmap(per_grid, in_dims=(0, None)), grid, x[0])
+    torch.testing.assert_close(got, _loop(lambda b: per_grid(b, x[0]), (0,), (grid,)),
+                               rtol=0, atol=1e-13)
+
+
+def test_vmap_upsample_forward_and_backward(monkeypatch):
+    x, _ = _operands(4)
+
+    def fn(a):
+        return vt.upsample_trilinear(a, scale_factor=2, align_corners=False)
+    counter = _Counter(monkeypatch, _upsample._cpu, "forward")
+    got = _no_performance_drop(torch.func.vmap(fn), x)
+    assert counter.calls == 1
+    torch.testing.assert_close(got, _loop(fn, (0,), (x,)), rtol=0, atol=1e-14)
+    go = torch.randn_like(got)
+    backward = _Counter(monkeypatch, _upsample._cpu, "backward")
+    _, vjp = torch.func.vjp(torch.func.vmap(fn), x)
+    (grad,) = _no_performance_drop(vjp, go)
+    assert backward.calls == 1
+    def one(a, g):
+        a = a.detach().requires_grad_()
+        return torch.autograd.grad(fn(a), a, g)[0]
+    torch.testing.assert_close(grad, _loop(one, (0, 0), (x, go)), rtol=0, atol=1e-13)
+
+
+def test_vmap_warp_forward_and_jacobians(monkeypatch):
+    x, grid = _operands(5)
+    theta = (torch.eye(3, 4, dtype=torch.float64)
+             + 0.05 * torch.randn(B, 2, 3, 4, dtype=torch.float64))
+    u = 0.1 * torch.randn(2, 2, 3, 2, 3, dtype=torch.float64)
+
+    def fn(a, t):
+        return vt.warp(a, t, u)
+    counter = _Counter(monkeypatch, _warp._cpu, "forward")
+    got = _no_performance_drop(torch.func.vmap(fn, in_dims=(None, 0)), x[0], theta)
+    assert counter.calls == 1
+    torch.testing.assert_close(got, _loop(fn, (None, 0), (x[0], theta)), rtol=0, atol=1e-14)
+    reverse = _no_performance_drop(torch.func.jacrev(lambda t: fn(x[0], t)), theta[0])
+    forward = _no_performance_drop(torch.func.jacfwd(lambda t: fn(x[0], t)), theta[0])
+    torch.testing.assert_close(reverse, forward, rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------
+# The door's shortcuts
+# ---------------------------------------------------------------------------------------
+
+
+def test_cached_descriptions_keep_every_check_and_memory_format():
+    x, grid = torch.randn(1, 2, 4, 4, 4), torch.zeros(1, 2, 2, 2, 3)
+    vt.grid_sample(x, grid)  # described once
+    for _ in range(2):  # a failing call is never remembered
+        with pytest.raises(RuntimeError, match="same batch size"):
+            vt.grid_sample(x, torch.zeros(2, 2, 2, 2, 3))
+        with pytest.raises(RuntimeError, match="same device|one device"):
+            torch.ops.volsample.grid_sampler_3d(x, grid.to("meta"), 0, 0, False)
+    last = x.contiguous(memory_format=torch.channels_last_3d)  # same shape, other strides
+    assert vt.grid_sample(last, grid).is_contiguous(memory_format=torch.channels_last_3d)
+    assert vt.grid_sample(x, grid).is_contiguous()
+    double = vt.grid_sample(x.double(), grid.double())  # same shape, other dtype
+    assert double.dtype == torch.float64
+    torch.testing.assert_close(double, F.grid_sample(x.double(), grid.double(),
+                                                     align_corners=False))
+
+
+def test_functions_called_without_their_defaults_fill_them_in():
+    x = torch.randn(1, 1, 2, 3, 2, requires_grad=True)
+    # upsample's Function takes scales=None by default: apply must bind it.
+    out = _upsample._UpsampleTrilinear3d.apply(x, [4, 6, 4], False)
+    out.sum().backward()
+    expected = F.interpolate(x.detach(), size=(4, 6, 4), mode="trilinear", align_corners=False)
+    torch.testing.assert_close(out.detach(), expected)
+    assert x.grad is not None and x.grad.shape == x.shape
+
+
+def test_calls_skip_the_dispatcher_only_where_nothing_watches_it():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    x, grid = torch.randn(1, 2, 4, 4, 4), torch.rand(1, 2, 2, 2, 3) * 2 - 1
+    expected = F.grid_sample(x, grid, align_corners=False)
+    # A lazily negated view: the dispatcher resolves the negation before the kernel reads.
+    torch.testing.assert_close(vt.grid_sample(torch._neg_view(x), grid), -expected)
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+    with Seen() as seen:
+        torch.testing.assert_close(vt.grid_sample(x, grid), expected)
+    assert "volsample.grid_sampler_3d.default" in seen.ops
+    with torch.profiler.profile() as profile:
+        vt.grid_sample(x, grid)
+    assert any(e.name == "volsample::grid_sampler_3d" for e in profile.events())
