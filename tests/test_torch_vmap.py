@@ -233,3 +233,8 @@ def test_calls_skip_the_dispatcher_only_where_nothing_watches_it():
     with torch.profiler.profile() as profile:
         vt.grid_sample(x, grid)
     assert any(e.name == "volsample::grid_sampler_3d" for e in profile.events())
+    # torch.jit.trace records ops at the dispatcher: the trace holds the op, and replays it.
+    traced = torch.jit.trace(lambda a, b: vt.grid_sample(a, b), (x, grid), check_trace=False)
+    assert "volsample::grid_sampler_3d" in str(traced.graph)
+    other = torch.rand(1, 2, 2, 2, 3) * 2 - 1
+    torch.testing.assert_close(traced(x, other), F.grid_sample(x, other, align_corners=False))

@@ -434,11 +434,14 @@ def below_autograd(op, *args):
 def _direct(args) -> bool:
     """Whether a call may skip the dispatcher: no dispatch or function mode (FakeTensor,
     tracing, opcheck, ``torch.device`` contexts), no torch.func transform, no profiler
-    (which records ops at the dispatcher), and every tensor a plain strided CPU tensor
+    (which records ops at the dispatcher), no ``torch.jit.trace`` (whose tracer is a
+    dispatch key: skipped, it would record the kernel's allocations, not the op), and every
+    tensor a plain strided CPU tensor
     without a lazy negation or zero-tensor flag (the dispatcher resolves those first)."""
     if (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
             or torch._C._are_functorch_transforms_active()
-            or torch.autograd.profiler._is_profiler_enabled):
+            or torch.autograd.profiler._is_profiler_enabled
+            or torch._C._get_tracing_state() is not None):
         return False
     return all(type(a) is torch.Tensor and a.is_cpu and a.layout is torch.strided
                and not a.is_neg() and not a._is_zerotensor()
