@@ -319,7 +319,7 @@ def test_workspace_counts_theta_sums():
      volsample.UnsupportedDTypeError, r"displacement: expected dtype float64"),
     (dict(displacement_units="mm"), volsample.InvalidArgumentError,
      r"displacement_units: expected one of 'normalized', 'voxels', got 'mm'"),
-    (dict(mode="quintic"), volsample.InvalidArgumentError, r"mode: expected one of"),
+    (dict(mode="cubic"), volsample.InvalidArgumentError, r"mode: expected one of"),
 ])
 def test_errors_name_the_argument(kwargs, error, match):
     x = np.zeros((2, 3, 4, 5, 6))

@@ -64,15 +64,12 @@ class Table(Generic[C]):
         if isinstance(name, str):
             name = self._aliases.get(name, name)
         if not isinstance(name, str) or name not in self._by_name:
+            also = "".join(f" ({alias!r} is another name of {of!r})"
+                           for alias, of in self._aliases.items())
             raise InvalidArgumentError(
-                f"{self.argument}: expected one of {', '.join(self.spellings())}, "
-                f"got {name!r}", argument=self.argument, kind="choice", value=name)
+                f"{self.argument}: expected one of {', '.join(map(repr, self._by_name))}, "
+                f"got {name!r}{also}", argument=self.argument, kind="choice", value=name)
         return self._by_name[name].code
-
-    def spellings(self) -> list[str]:
-        """Every accepted name, quoted, an alias beside the name it stands for."""
-        return [repr(c.name) + "".join(f" (or {alias!r})" for alias, of in self._aliases.items()
-                                       if of == c.name) for c in self.choices]
 
     def check_code(self, code, argument: str | None = None) -> int:
         """A kernel integer itself (the custom ops' integer arguments), checked."""
