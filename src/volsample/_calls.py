@@ -28,32 +28,43 @@ from ._errors import InvalidArgumentError
 from ._tables import MODES, NEAREST, VOXELS
 
 
-def _memoised(build):
-    """Decorate a description builder to return the description it built before for the
-    same arguments (of the same types: True and 1 are different arguments): a call's
-    checks depend on its arguments alone, descriptions are frozen, and building one costs
-    microseconds that a small call's kernel does not. A call that fails its checks is not
-    remembered; unhashable arguments (a list of sizes, an array) build afresh."""
-    cache: dict = {}
+def memoised(key):
+    """Decorate a description builder to return the description it built before for
+    arguments of the same ``key(*args, **kwargs)``: a call's checks depend on its
+    arguments alone, descriptions are frozen, and building one costs microseconds that a
+    small call's kernel does not. A call that fails its checks is not remembered (it
+    raises every time); arguments that give no key (unhashable: a list of sizes, an array,
+    a symbolic size) build afresh."""
+    def decorate(build):
+        cache: dict = {}
 
-    @functools.wraps(build)
-    def described(*args, **kwargs):
-        try:
-            key = (tuple(map(_typed, args)), tuple((k, _typed(v)) for k, v in kwargs.items()))
-            return cache[key]
-        except KeyError:
-            pass
-        except TypeError:  # unhashable
-            return build(*args, **kwargs)
-        call = build(*args, **kwargs)
-        if len(cache) >= _DESCRIPTIONS_KEPT:
-            cache.clear()
-        cache[key] = call
-        return call
-    return described
+        @functools.wraps(build)
+        def described(*args, **kwargs):
+            try:
+                k = key(*args, **kwargs)
+                return cache[k]
+            except KeyError:
+                pass
+            except (TypeError, RuntimeError):  # no key
+                return build(*args, **kwargs)
+            call = build(*args, **kwargs)
+            if len(cache) >= _DESCRIPTIONS_KEPT:
+                cache.clear()
+            cache[k] = call
+            return call
+        return described
+    return decorate
 
 
 _DESCRIPTIONS_KEPT = 512  # per builder: the shapes of a training loop's calls, and then some
+
+
+def _typed_key(*args, **kwargs):
+    """The key of arguments that tells types apart (True and 1 are different arguments)."""
+    return tuple(map(_typed, args)), tuple((k, _typed(v)) for k, v in kwargs.items())
+
+
+_memoised = memoised(_typed_key)
 
 
 def _typed(value):

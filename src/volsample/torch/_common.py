@@ -283,35 +283,19 @@ def raises_torch_errors(op: str):
     return decorate
 
 
-def cached_description(describe):
-    """Decorate an op's ``describe(*args)`` (its checked ``_calls`` description) to reuse
-    the description of an earlier call with the same tensor shapes, strides, dtypes and
-    devices and the same other arguments: the checks depend on nothing else, and building
-    the description costs more than a small call's kernel. A call that fails its checks
-    is not remembered (it raises every time); arguments that cannot key a dict (symbolic
-    sizes while torch.compile traces) are described afresh."""
-    cache: dict = {}
-
-    @functools.wraps(describe)
-    def described(*args):
-        try:
-            key = tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor)
-                        else (list, tuple(a)) if isinstance(a, list) else (type(a), a)
-                        for a in args)
-            return cache[key]
-        except KeyError:
-            pass
-        except (TypeError, RuntimeError):  # unhashable (SymInt) or strideless: uncached
-            return describe(*args)
-        call = describe(*args)
-        if len(cache) >= _DESCRIPTIONS_KEPT:
-            cache.clear()
-        cache[key] = call
-        return call
-    return described
+def _call_key(*args):
+    """What an op's description depends on: its tensors' shapes, strides, dtypes and
+    devices, and its other arguments (of their types; lists as tuples)."""
+    return tuple((a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor)
+                 else (list, tuple(a)) if isinstance(a, list) else (type(a), a)
+                 for a in args)
 
 
-_DESCRIPTIONS_KEPT = 512  # per op: the shapes of a training loop's calls, and then some
+# Decorate an op's ``describe(*args)`` (its checked ``_calls`` description) to reuse the
+# description of an earlier call with the same ``_call_key``: building it costs more than a
+# small call's kernel. Failing calls raise every time; symbolic sizes (torch.compile
+# tracing) or strideless tensors describe afresh.
+cached_description = _calls.memoised(_call_key)
 
 
 # ---------------------------------------------------------------------------------------
