@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "bindings.h"
-#include "upsample_plan.h"
 
 namespace nb = nanobind;
 
@@ -47,9 +46,12 @@ nb::ndarray<nb::numpy, T, nb::ndim<1>> to_numpy(std::vector<T>&& values) {
 template <class T>
 nb::tuple axis_map_arrays(int64_t in_size, int64_t out_size, bool align_corners, double scale,
                           bool transposed) {
-  AxisMap<T> m = axis_map<T>(in_size, out_size, align_corners, scale, transposed);
-  return nb::make_tuple(to_numpy(std::move(m.starts)), to_numpy(std::move(m.index)),
-                        to_numpy(std::move(m.weight)));
+  std::vector<int64_t> starts, index;
+  std::vector<T> weight;
+  scalar::upsample_axis_map(in_size, out_size, align_corners, scale, transposed, starts, index,
+                            weight);
+  return nb::make_tuple(to_numpy(std::move(starts)), to_numpy(std::move(index)),
+                        to_numpy(std::move(weight)));
 }
 }  // namespace
 
@@ -82,9 +84,8 @@ void bind_upsample(nb::module_& m) {
         unpack(src_shape, src);
         unpack(dst_shape, dst);
         const double s[3] = {std::get<0>(scales), std::get<1>(scales), std::get<2>(scales)};
-        const UpsampleGeometry g(src, dst, channels_last, threads, transposed);
-        return double_precision ? upsample_workspace_nbytes<double>(g, align_corners, s, transposed)
-                                : upsample_workspace_nbytes<float>(g, align_corners, s, transposed);
+        return scalar::upsample_workspace_nbytes(src, dst, double_precision, channels_last,
+                                                 align_corners, s, threads, transposed);
       },
       nb::arg("src_shape"), nb::arg("dst_shape"), nb::arg("double_precision"),
       nb::arg("channels_last"), nb::arg("align_corners"), nb::arg("scales"), nb::arg("threads"),

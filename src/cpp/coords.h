@@ -23,6 +23,7 @@
 #include "tensor.h"
 
 namespace vs {
+namespace VS_ISA {
 
 // Voxel coordinate of a normalised coordinate.
 template <class V>
@@ -140,4 +141,5 @@ inline UpsampleTaps<T> upsample_taps(T src, int64_t in_size) {
   return {i0, i0 < last ? i0 + 1 : i0, T(1) - l1, l1};
 }
 
+}  // namespace VS_ISA
 }  // namespace vs

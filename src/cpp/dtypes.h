@@ -8,6 +8,7 @@
 #include <cstring>
 
 namespace vs {
+namespace VS_ISA {
 
 struct float16_bits { uint16_t bits; };   // IEEE binary16, as stored
 struct bfloat16_bits { uint16_t bits; };  // bfloat16 (the top half of a float32), as stored
@@ -96,4 +97,5 @@ inline uint16_t double_to_half(double d) {
   return float_to_half(f);
 }
 
+}  // namespace VS_ISA
 }  // namespace vs

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 namespace vs {
+namespace VS_ISA {
 
 template <class V> struct lanes { using scalar = V; static constexpr int count = 1; };
 template <class V> using scalar_of = typename lanes<V>::scalar;
@@ -25,6 +26,7 @@ template <class T> inline T select(bool mask, T if_true, T if_false) {
   return mask ? if_true : if_false;
 }
 
+}  // namespace VS_ISA
 }  // namespace vs
 
 // ---------------------------------------------------------------------------------------
@@ -33,6 +35,7 @@ template <class T> inline T select(bool mask, T if_true, T if_false) {
 // vector sections give the same names.
 // ---------------------------------------------------------------------------------------
 namespace vs {
+namespace VS_ISA {
 
 template <class V> using mask_of = decltype(V() < V());
 
@@ -91,12 +94,14 @@ inline void load_pairs_(const scalar_of<V>* base, const Lane* at, V& first, V& s
 // The natural vector of T in the ISA being compiled (T itself in the scalar build).
 template <class T> struct native { using type = T; };
 
+}  // namespace VS_ISA
 }  // namespace vs
 
 #if defined(VS_ISA_AVX2) || defined(VS_ISA_AVX512)
 #include <immintrin.h>
 
 namespace vs {
+namespace VS_ISA {
 
 // Element-wise arithmetic and per-lane std::fmod (exact, like the scalar path), written
 // once per vector type by this macro; comparisons, select, floor and rint come per ISA.
@@ -149,15 +154,19 @@ inline __m256 load_four_pairs(const float* base, const int32_t* at) {
   return _mm256_castpd_ps(_mm256_insertf128_pd(_mm256_castpd128_pd256(lo), hi, 1));
 }
 
+}  // namespace VS_ISA
 }  // namespace vs
 #else
 namespace vs {
+namespace VS_ISA {
 inline void stream_fence() {}  // the scalar build streams nothing
+}  // namespace VS_ISA
 }  // namespace vs
 #endif
 
 #if defined(VS_ISA_AVX512)
 namespace vs {
+namespace VS_ISA {
 
 // AVX-512: masks are k registers.
 #define VS_VECTOR_AVX512(NAME, REG, T, N, SUF, KMASK)                                       \
@@ -210,9 +219,11 @@ inline unsigned bits_of(f64x8_mask m) { return m.m; }
 template <> struct native<float> { using type = f32x16; };
 template <> struct native<double> { using type = f64x8; };
 
+}  // namespace VS_ISA
 }  // namespace vs
 #elif defined(VS_ISA_AVX2)
 namespace vs {
+namespace VS_ISA {
 
 // AVX2: masks are vectors of all-ones / all-zeros lanes.
 #define VS_VECTOR_AVX2(NAME, REG, T, N, SUF)                                                 \
@@ -256,5 +267,6 @@ inline unsigned bits_of(f64x4_mask m) { return unsigned(_mm256_movemask_pd(m.m))
 template <> struct native<float> { using type = f32x8; };
 template <> struct native<double> { using type = f64x4; };
 
+}  // namespace VS_ISA
 }  // namespace vs
 #endif

@@ -517,5 +517,38 @@ void run(const UpsampleArgs& a) {
 void upsample_forward(const UpsampleArgs& args) { run<false>(args); }
 void upsample_backward(const UpsampleArgs& args) { run<true>(args); }
 
+#ifdef VS_ISA_SCALAR
+int64_t upsample_workspace_nbytes(const int64_t* src_shape, const int64_t* dst_shape,
+                                  bool double_precision, bool channels_last, bool align_corners,
+                                  const double* scales, int threads, bool transposed) {
+  const UpsampleGeometry g(src_shape, dst_shape, channels_last, threads, transposed);
+  return double_precision
+             ? upsample_workspace_nbytes<double>(g, align_corners, scales, transposed)
+             : upsample_workspace_nbytes<float>(g, align_corners, scales, transposed);
+}
+
+template <class T>
+void axis_map_into(int64_t in_size, int64_t out_size, bool align_corners, double scale,
+                   bool transposed, std::vector<int64_t>& starts, std::vector<int64_t>& index,
+                   std::vector<T>& weight) {
+  AxisMap<T> m = axis_map<T>(in_size, out_size, align_corners, scale, transposed);
+  starts = std::move(m.starts);
+  index = std::move(m.index);
+  weight = std::move(m.weight);
+}
+
+void upsample_axis_map(int64_t in_size, int64_t out_size, bool align_corners, double scale,
+                       bool transposed, std::vector<int64_t>& starts,
+                       std::vector<int64_t>& index, std::vector<float>& weight) {
+  axis_map_into(in_size, out_size, align_corners, scale, transposed, starts, index, weight);
+}
+
+void upsample_axis_map(int64_t in_size, int64_t out_size, bool align_corners, double scale,
+                       bool transposed, std::vector<int64_t>& starts,
+                       std::vector<int64_t>& index, std::vector<double>& weight) {
+  axis_map_into(in_size, out_size, align_corners, scale, transposed, starts, index, weight);
+}
+#endif
+
 }  // namespace VS_ISA
 }  // namespace vs

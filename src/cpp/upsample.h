@@ -1,6 +1,9 @@
 // Trilinear upsampling kernels' arguments (the launcher contract of the C++ backend).
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "tensor.h"
 
 namespace vs {
@@ -18,6 +21,21 @@ struct UpsampleArgs {
   double scales[3] = {0.0, 0.0, 0.0};
   int threads = 1;
 };
+
+// The plan's figures for the bindings, from the portable build (a plan is the same for
+// every ISA): the bytes one pass allocates beyond its result (shapes as UpsampleArgs'),
+// and one axis's forward map or its transpose in CSR form (upsample_plan.h).
+namespace scalar {
+int64_t upsample_workspace_nbytes(const int64_t* src_shape, const int64_t* dst_shape,
+                                  bool double_precision, bool channels_last, bool align_corners,
+                                  const double* scales, int threads, bool transposed);
+void upsample_axis_map(int64_t in_size, int64_t out_size, bool align_corners, double scale,
+                       bool transposed, std::vector<int64_t>& starts,
+                       std::vector<int64_t>& index, std::vector<float>& weight);
+void upsample_axis_map(int64_t in_size, int64_t out_size, bool align_corners, double scale,
+                       bool transposed, std::vector<int64_t>& starts,
+                       std::vector<int64_t>& index, std::vector<double>& weight);
+}  // namespace scalar
 
 #ifdef VS_ISA
 namespace VS_ISA {

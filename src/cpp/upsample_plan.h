@@ -1,6 +1,6 @@
 // Upsampling's per-call plan: the per-axis maps, the work items and the scratch they
-// need. Independent of the ISA (plain C++, header only), so that the kernels (compiled
-// per ISA) and the bindings (workspace_nbytes, the GPU backend's tables) share it.
+// need. Plain C++, compiled per ISA like every header the kernels include; the bindings
+// reach it through upsample.h's plan functions (workspace_nbytes, the GPU backend's tables).
 //
 // Trilinear weights are separable: along each axis the forward is a sparse matrix with
 // two entries per output index (taps i1, i0 with weights l1, l0, in that order; the one
@@ -14,6 +14,7 @@
 #include "coords.h"
 
 namespace vs {
+namespace VS_ISA {
 
 // One axis's map in CSR form: row r holds entries [starts[r], starts[r + 1]).
 template <class T>
@@ -263,4 +264,5 @@ int64_t upsample_workspace_nbytes(const UpsampleGeometry& g, bool align_corners,
          g.threads * upsample_scratch_elements(g, tables, transposed) * int64_t(sizeof(T));
 }
 
+}  // namespace VS_ISA
 }  // namespace vs

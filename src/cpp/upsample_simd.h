@@ -16,6 +16,7 @@
 #include "simd.h"
 
 namespace vs {
+namespace VS_ISA {
 
 // out[j] = in[j * stride] widened, j < n.
 template <class S, class C>
@@ -122,4 +123,5 @@ inline void stream_run(T* out, const T* in, int64_t n) {
   for (; j < n; ++j) out[j] = in[j];
 }
 
+}  // namespace VS_ISA
 }  // namespace vs
