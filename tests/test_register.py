@@ -553,3 +553,14 @@ def test_bench_volsample_with_no_steps_scores_as_the_headers(tmp_path):
     assert registered.error_mm < before.error_mm
     table = br.format_table([before, run, registered])
     assert "volsample" in table and "before" in table
+
+
+@pytest.mark.parametrize("loss", ["mse", "ncc"])
+def test_similarity_value_alone_matches_the_value_with_its_gradient(loss):
+    # value() takes a leaner path (no gradient buffers) than a call; the two must agree.
+    fixed, warped = _smooth_volume((9, 10, 11), 30, np.float32), _smooth_volume((9, 10, 11), 31, np.float32)
+    measure = registration.similarity_measure(loss, fixed, 3)
+    value, grad = measure(warped)
+    assert grad.shape == warped.shape
+    assert measure.value(warped) == pytest.approx(value, rel=1e-6)
+    assert registration.similarity(loss, fixed, warped, 3) == pytest.approx(value, rel=1e-6)

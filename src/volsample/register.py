@@ -193,8 +193,9 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
     finally:
         bar.close()
     before = registration.resample(fixed_n.shape, fixed.affine, moving_n, moving.affine)
-    similarity = (registration.similarity(loss, fixed_n, before),
-                  registration.similarity(loss, fixed_n, result.warped))
+    measure = registration.similarity_measure(loss, fixed_n)
+    similarity = (measure.value(before), measure.value(result.warped))
+    del measure
     outputs = {"warped": result.warp(moving.data, interp), "displacement": result.displacement}
     dice = None
     if labels is not None:

@@ -227,6 +227,11 @@ class MeanSquares:
     def __init__(self, fixed: np.ndarray, window: int = 5) -> None:
         self.fixed = fixed
 
+    def value(self, warped: np.ndarray) -> float:
+        """The similarity alone."""
+        diff = warped - self.fixed
+        return float(np.mean(diff * diff))
+
     def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
         diff = warped - self.fixed
         return float(np.mean(diff * diff)), diff * diff.dtype.type(2 / diff.size)
@@ -259,21 +264,43 @@ class LocalNCC:
         self.F_sum = box_sum(F, self.radius, scratch=self.scratch)
         self.F_var = box_sum(F * F, self.radius, scratch=self.scratch)
         self.F_var -= self.F_sum * self.F_sum * self.inverse_count
-        self.terms = np.empty((3,) + F.shape, F.dtype)  # J, J^2, F J; then the gradient's
-        self.sums = np.empty_like(self.terms)            # three terms, and their box sums
+        # J, J^2, F J, then the gradient's three terms, and their box sums: made by the
+        # first call that asks for a gradient, kept for the next ones
+        self.terms: np.ndarray | None = None
+        self.sums: np.ndarray | None = None
 
-    def _box_sums(self):
+    def _box_sums(self, terms, sums):
         """The box sums of the three terms, into ``sums`` (one at a time: one scratch)."""
-        for term, total in zip(self.terms, self.sums):
+        for term, total in zip(terms, sums):
             box_sum(term, self.radius, out=total, scratch=self.scratch)
-        return self.sums
+        return sums
+
+    def value(self, warped: np.ndarray) -> float:
+        """The similarity alone, with few volume-sized temporaries (no gradient buffers)."""
+        F, J, radius, scratch = self.fixed, warped, self.radius, self.scratch
+        J_sum = box_sum(J, radius, scratch=scratch)
+        mean_J = J_sum * self.inverse_count
+        cross = box_sum(F * J, radius, scratch=scratch)
+        cross -= self.F_sum * mean_J
+        J_var = box_sum(J * J, radius, scratch=scratch)
+        J_sum *= mean_J
+        J_var -= J_sum
+        del J_sum, mean_J
+        J_var *= self.F_var
+        J_var += _NCC_EPS
+        cross *= cross
+        cross /= J_var
+        return float(np.mean(cross))
 
     def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
-        F, J, terms = self.fixed, warped, self.terms
+        if self.terms is None or self.sums is None:
+            self.terms = np.empty((3,) + self.fixed.shape, self.fixed.dtype)
+            self.sums = np.empty_like(self.terms)
+        F, J, terms, sums = self.fixed, warped, self.terms, self.sums
         np.copyto(terms[0], J)
         np.multiply(J, J, out=terms[1])
         np.multiply(F, J, out=terms[2])
-        J_sum, J_squares, cross = self._box_sums()
+        J_sum, J_squares, cross = self._box_sums(terms, sums)
         mean_J = J_sum * self.inverse_count
         cross -= self.F_sum * mean_J
         J_var = J_squares - J_sum * mean_J
@@ -289,7 +316,7 @@ class LocalNCC:
         np.multiply(cross, reciprocal * (2 * scale), out=d_cross)
         np.multiply(cc * reciprocal, -scale * self.F_var, out=d_J_var)
         np.multiply(d_cross * self.F_sum + 2 * d_J_var * J_sum, -self.inverse_count, out=d_J_sum)
-        back_sum, back_var, back_cross = self._box_sums()
+        back_sum, back_var, back_cross = self._box_sums(terms, sums)
         back_var *= 2 * J
         back_cross *= F
         return value, back_sum + back_var + back_cross
@@ -315,7 +342,7 @@ SIMILARITIES: dict[str, type[MeanSquares] | type[LocalNCC]] = {
 
 def similarity(metric: str, fixed: np.ndarray, warped: np.ndarray, window: int = 5) -> float:
     """The similarity ``metric`` ("mse" or "ncc") of two volumes."""
-    return _similarity(metric)(fixed, window)(warped)[0]
+    return _similarity(metric)(fixed, window).value(warped)
 
 
 def _similarity(metric):
@@ -654,9 +681,11 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     weight = DEFAULT_WEIGHTS[loss] if weight is None else weight
     shape = fixed.shape
     frame = Frame.of(shape, fixed_affine, moving.shape, moving_affine)
-    pyramid = [(2 ** (levels - 1 - level),) + tuple(_downsample(v, 2 ** (levels - 1 - level))
-                                                    for v in (fixed, moving))
-               for level in range(levels)]
+    pyramid = [(1, fixed, moving)]  # finest first, each level halving the one before
+    for _ in range(levels - 1):
+        factor, fixed_l, moving_l = pyramid[-1]
+        pyramid.append((2 * factor, _halve(fixed_l), _halve(moving_l)))
+    pyramid.reverse()
     history = []
 
     def record(stage, level, it, value, sim):
@@ -756,13 +785,12 @@ def _per_level(name, value, levels):
     return values
 
 
-def _downsample(volume, factor):
-    """The volume blurred and resampled to about 1 / ``factor`` of its size per axis (the
-    same normalised coordinates: align_corners=True)."""
-    if factor == 1:
-        return volume
-    size = tuple(max(min(n, _MIN_LEVEL_SIZE), round((n - 1) / factor) + 1) for n in volume.shape)
-    smooth = blur(volume, factor // 2)
+def _halve(volume):
+    """The volume blurred (3^3 box, twice) and resampled to about half its size per axis
+    (the same normalised coordinates: align_corners=True): the next pyramid level, made
+    from the one before, so that only the first halving reads the full resolution."""
+    size = tuple(max(min(n, _MIN_LEVEL_SIZE), round((n - 1) / 2) + 1) for n in volume.shape)
+    smooth = blur(volume, 1)
     return upsample_trilinear_3d(smooth[None, None], size=size, align_corners=True)[0, 0]
 
 
