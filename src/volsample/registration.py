@@ -244,7 +244,7 @@ class LocalNCC:
     squared correlation coefficient (0 in flat boxes, 1 for a local linear match), as in
     VoxelMorph; the value is its mean over voxels. What depends on the fixed volume alone
     (window counts, its sums and variances) is computed once, here; each call box-sums
-    J, J^2 and F J, then the three gradient terms, in buffers kept across calls.
+    J, J^2 and F J, then the three gradient terms, in five volumes kept across calls.
     """
 
     sign = -1
@@ -264,16 +264,10 @@ class LocalNCC:
         self.F_sum = box_sum(F, self.radius, scratch=self.scratch)
         self.F_var = box_sum(F * F, self.radius, scratch=self.scratch)
         self.F_var -= self.F_sum * self.F_sum * self.inverse_count
-        # J, J^2, F J, then the gradient's three terms, and their box sums: made by the
-        # first call that asks for a gradient, kept for the next ones
-        self.terms: np.ndarray | None = None
+        # the box sums of J, J^2 and F J, then of the gradient's three terms, and two work
+        # volumes: made by the first call that asks for a gradient, kept for the next ones
         self.sums: np.ndarray | None = None
-
-    def _box_sums(self, terms, sums):
-        """The box sums of the three terms, into ``sums`` (one at a time: one scratch)."""
-        for term, total in zip(terms, sums):
-            box_sum(term, self.radius, out=total, scratch=self.scratch)
-        return sums
+        self.work: np.ndarray | None = None
 
     def value(self, warped: np.ndarray) -> float:
         """The similarity alone, with few volume-sized temporaries (no gradient buffers)."""
@@ -293,33 +287,52 @@ class LocalNCC:
         return float(np.mean(cross))
 
     def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
-        if self.terms is None or self.sums is None:
-            self.terms = np.empty((3,) + self.fixed.shape, self.fixed.dtype)
-            self.sums = np.empty_like(self.terms)
-        F, J, terms, sums = self.fixed, warped, self.terms, self.sums
-        np.copyto(terms[0], J)
-        np.multiply(J, J, out=terms[1])
-        np.multiply(F, J, out=terms[2])
-        J_sum, J_squares, cross = self._box_sums(terms, sums)
-        mean_J = J_sum * self.inverse_count
-        cross -= self.F_sum * mean_J
-        J_var = J_squares - J_sum * mean_J
-        denominator = self.F_var * J_var
-        denominator += _NCC_EPS
-        reciprocal = 1 / denominator
-        cc = cross * cross * reciprocal
+        """(value, gradient); the gradient is a buffer of this object, which the next call
+        overwrites."""
+        if self.sums is None or self.work is None:
+            self.sums = np.empty((3,) + self.fixed.shape, self.fixed.dtype)
+            self.work = np.empty((2,) + self.fixed.shape, self.fixed.dtype)
+        F, J, radius, scratch = self.fixed, warped, self.radius, self.scratch
+        inverse_count = self.inverse_count
+        s0, s1, s2 = self.sums
+        a, b = self.work
+        # Five volumes of work in all, each reused as soon as what it held is dead.
+        J_sum = box_sum(J, radius, out=s0, scratch=scratch)
+        J_var = box_sum(np.multiply(J, J, out=a), radius, out=s1, scratch=scratch)
+        cross = box_sum(np.multiply(F, J, out=a), radius, out=s2, scratch=scratch)
+        np.multiply(J_sum, inverse_count, out=a)  # the window mean of J
+        np.multiply(self.F_sum, a, out=b)
+        cross -= b
+        np.multiply(J_sum, a, out=b)
+        J_var -= b
+        reciprocal = np.multiply(self.F_var, J_var, out=b)
+        reciprocal += _NCC_EPS
+        np.reciprocal(reciprocal, out=reciprocal)
+        cc = np.multiply(cross, cross, out=a)
+        cc *= reciprocal
         value = float(np.mean(cc))
         # cc depends on J through the window sums of J, J^2 and F J; d(mean cc)/d(each sum),
         # then back through the (self-adjoint) box sums to every voxel of J.
         scale = J.dtype.type(1 / cc.size)
-        d_cross, d_J_var, d_J_sum = terms[2], terms[1], terms[0]
-        np.multiply(cross, reciprocal * (2 * scale), out=d_cross)
-        np.multiply(cc * reciprocal, -scale * self.F_var, out=d_J_var)
-        np.multiply(d_cross * self.F_sum + 2 * d_J_var * J_sum, -self.inverse_count, out=d_J_sum)
-        back_sum, back_var, back_cross = self._box_sums(terms, sums)
-        back_var *= 2 * J
+        d_cross = np.multiply(cross, reciprocal, out=s2)
+        d_cross *= 2 * scale
+        d_J_var = np.multiply(cc, reciprocal, out=a)
+        d_J_var *= self.F_var
+        d_J_var *= -scale
+        d_J_sum = np.multiply(d_cross, self.F_sum, out=s1)
+        np.multiply(d_J_var, J_sum, out=b)
+        b *= 2
+        d_J_sum += b
+        d_J_sum *= -inverse_count
+        grad = box_sum(d_J_sum, radius, out=s0, scratch=scratch)
+        back_var = box_sum(d_J_var, radius, out=s1, scratch=scratch)
+        back_var *= J
+        back_var *= 2
+        grad += back_var
+        back_cross = box_sum(d_cross, radius, out=a, scratch=scratch)
         back_cross *= F
-        return value, back_sum + back_var + back_cross
+        grad += back_cross
+        return value, grad
 
 
 def mse(fixed: np.ndarray, warped: np.ndarray) -> tuple[float, np.ndarray]:
