@@ -564,3 +564,19 @@ def test_similarity_value_alone_matches_the_value_with_its_gradient(loss):
     assert grad.shape == warped.shape
     assert measure.value(warped) == pytest.approx(value, rel=1e-6)
     assert registration.similarity(loss, fixed, warped, 3) == pytest.approx(value, rel=1e-6)
+
+
+def test_bench_register_without_nilearn_is_one_line_and_exit_2(monkeypatch, capsys):
+    from volsample import bench_register as br
+
+    def missing():
+        raise ImportError("the registration benchmark needs nilearn's MNI152 template: "
+                          "pip install nilearn")
+
+    monkeypatch.setattr(br, "template_files", missing)
+    assert main(["bench", "--register", "--register-scale", "2", "--threads", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        "volsample bench: error: the registration benchmark needs nilearn's MNI152 template: "
+        "pip install nilearn"]
+    assert "registration benchmark" in captured.out

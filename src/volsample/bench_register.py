@@ -348,6 +348,7 @@ print(json.dumps({"registration_s": seconds}))
 class ToolResult:
     tool: str
     wall_s: float  # the child process, start to end (volsample: the command as a user runs it)
+    cpu_s: float  # its user + system time, all threads: on a shared machine, the steadier
     registration_s: float | None  # the registration call alone, where the tool reports it
     peak_mb: float  # the child's peak resident set
     dice: dict[int, float]
@@ -355,20 +356,23 @@ class ToolResult:
 
 
 def _measure_child(argv, env, folder):
-    """Run a child to its end: (stdout, wall seconds, its peak resident set in MB); its
-    output goes through files, so that no pipe fills."""
+    """Run a child to its end: (stdout, wall seconds, CPU seconds (user + system, all its
+    threads), its peak resident set in MB); its output goes through files, so that no pipe
+    fills."""
     with open(os.path.join(folder, "stdout.txt"), "w+") as out, \
             open(os.path.join(folder, "stderr.txt"), "w+") as err:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
-        proc.wait()
+        _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
         errors = err.read()
         if proc.returncode:
             raise RuntimeError(f"{' '.join(argv[:4])} failed:\n{errors[-3000:]}")
-        return out.read(), wall, int(errors.split()[-1]) / 1024
+        return (out.read(), wall, usage.ru_utime + usage.ru_stime,
+                int(errors.split()[-1]) / 1024)
 
 
 def _child_env(threads):
@@ -412,7 +416,7 @@ def run_tool(tool: str, pair: TemplatePair, paths: dict[str, str], folder: str,
         argv = [sys.executable, "-c", _PEAK + _SITK_CHILD, json.dumps(paths), out, str(threads)]
     else:
         raise ValueError(f"tool: expected one of {TOOLS}, got {tool!r}")
-    stdout, wall, peak = _measure_child(argv, env, out)
+    stdout, wall, cpu, peak = _measure_child(argv, env, out)
     if tool == "volsample":
         registration_s = None
         labels: Any = nib.load(os.path.join(out, "warped_labels.nii.gz"))
@@ -422,8 +426,8 @@ def run_tool(tool: str, pair: TemplatePair, paths: dict[str, str], folder: str,
         registration_s = json.loads(stdout.strip().splitlines()[-1])["registration_s"]
         warped = np.load(os.path.join(out, "warped_labels.npy"))
         psi = np.load(os.path.join(out, "psi.npy"))
-    return ToolResult(tool, wall, registration_s, peak, dice_per_label(pair.fixed_labels, warped),
-                      map_error(pair, psi))
+    return ToolResult(tool, wall, cpu, registration_s, peak,
+                      dice_per_label(pair.fixed_labels, warped), map_error(pair, psi))
 
 
 def unregistered(pair: TemplatePair) -> ToolResult:
@@ -431,7 +435,7 @@ def unregistered(pair: TemplatePair) -> ToolResult:
     x = _world(pair.fixed.shape, pair.fixed_affine)
     warped = registration.resample(pair.fixed.shape, pair.fixed_affine, pair.moving_labels,
                                    pair.moving_affine, "nearest")
-    return ToolResult("before", 0.0, None, 0.0, dice_per_label(pair.fixed_labels, warped),
+    return ToolResult("before", 0.0, 0.0, None, 0.0, dice_per_label(pair.fixed_labels, warped),
                       map_error(pair, x))
 
 
@@ -460,7 +464,7 @@ def format_row(r: ToolResult) -> str:
         return f"before (headers' alignment): Dice {dice}; mean {np.mean(list(r.dice.values())):.4f}; " \
                f"error {r.error_mm:.2f} mm"
     registration_s = f" (registration call {r.registration_s:.1f} s)" if r.registration_s else ""
-    return (f"{r.tool}: {r.wall_s:.1f} s{registration_s}, peak {r.peak_mb:.0f} MB; Dice {dice}; "
+    return (f"{r.tool}: {r.wall_s:.1f} s{registration_s}, CPU {r.cpu_s:.1f} s, peak {r.peak_mb:.0f} MB; Dice {dice}; "
             f"mean {np.mean(list(r.dice.values())):.4f}; error {r.error_mm:.2f} mm")
 
 
@@ -490,7 +494,7 @@ def format_table(results: Sequence[ToolResult]) -> str:
         rows.setdefault(r.tool, []).append(r)
     ours = np.median([r.wall_s for r in rows.get("volsample", [])]) if "volsample" in rows \
         else None
-    header = ["tool", "runs", "wall s", "registration s", "peak MB"] + \
+    header = ["tool", "runs", "wall s", "registration s", "CPU s", "peak MB"] + \
         [f"Dice {name}" for name in LABELS.values()] + ["mean Dice", "error mm", "volsample faster"]
     lines = []
     for tool, runs in rows.items():
@@ -502,6 +506,7 @@ def format_table(results: Sequence[ToolResult]) -> str:
         lines.append([tool, str(len(runs)) if tool != "before" else "",
                       f"{median([r.wall_s for r in runs]):.1f}" if tool != "before" else "",
                       f"{median(registration_s):.1f}" if registration_s else "",
+                      f"{median([r.cpu_s for r in runs]):.1f}" if tool != "before" else "",
                       f"{median([r.peak_mb for r in runs]):.0f}" if tool != "before" else ""]
                      + [f"{d:.4f}" for d in dice]
                      + [f"{np.mean(dice):.4f}", f"{median([r.error_mm for r in runs]):.2f}", faster])
@@ -523,7 +528,11 @@ def main(scale: int, threads: int, repeats: int = 1, json_path: str | None = Non
           f"run one after another, {repeats} round(s)")
     print("tools: " + ", ".join(f"{t} {versions[t]}" for t in chosen)
           + "".join(f"; {t} skipped (not installed)" for t in missing))
-    results = run(chosen, scale, threads, repeats, log=lambda row: print(row, flush=True))
+    try:
+        results = run(chosen, scale, threads, repeats, log=lambda row: print(row, flush=True))
+    except ImportError as error:  # no nilearn or nibabel: the pair cannot be built
+        print(f"volsample bench: error: {error}", file=sys.stderr)
+        return 2
     print(format_table(results))
     if json_path:
         with open(json_path, "w") as f:
