@@ -477,3 +477,106 @@ def test_progress_bar_disabled_prints_nothing(capsys):
     bar.step("level 1/2")
     bar.close()
     assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------------------------
+# The registration benchmark's scoring (volsample bench --register); no nilearn, no ANTs
+# ---------------------------------------------------------------------------------------
+
+
+def _tiny_template_pair():
+    """A TemplatePair built like the benchmark's, on a smooth random volume instead of the
+    MNI template: fixed 2 mm, moving 3 mm, the known map moving it."""
+    from volsample import bench_register as br
+
+    shape = (20, 22, 18)
+    fixed = _smooth_volume(shape, 20, np.float32)
+    fixed_affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    fixed_affine[:3, 3] = (-20, -22, -18)
+    centre = fixed_affine[:3, :3] @ ((np.array(shape) - 1) / 2) + fixed_affine[:3, 3]
+    known = br.KnownMap.default(centre)
+    labels = np.where(fixed > 0.05, 1, np.where(fixed < -0.05, 2, 0)).astype(np.int16)
+    moving_shape = (13, 15, 12)
+    moving_affine = np.diag([3.0, 3.0, 3.0, 1.0])
+    moving_affine[:3, 3] = fixed_affine[:3, 3]
+    points = known(br._world(moving_shape, moving_affine))
+    moving = br._sample(fixed, fixed_affine, points, 1).astype(np.float32)
+    moving_labels = br._sample(labels, fixed_affine, points, 0).astype(np.int16)
+    brain = np.zeros(shape, bool)
+    brain[4:-4, 4:-4, 4:-4] = True
+    return br.TemplatePair(fixed, fixed_affine, labels, brain, moving, moving_affine,
+                           moving_labels, known)
+
+
+def test_bench_map_error_is_zero_for_the_known_maps_inverse():
+    # psi = phi^-1 on the fixed grid (Newton steps on phi(y) = x) scores 0; psi = the
+    # identity scores the unregistered error, the known map's mean move (several mm).
+    from volsample import bench_register as br
+
+    pair = _tiny_template_pair()
+    x = br._world(pair.fixed.shape, pair.fixed_affine)
+    y = x.copy()
+    inverse_linear = np.linalg.inv(pair.known.linear)
+    for _ in range(30):
+        y -= (pair.known(y) - x) @ inverse_linear.T
+    assert br.map_error(pair, y) < 1e-6
+    moved = np.linalg.norm(pair.known(x) - x, axis=-1)[pair.brain].mean()
+    assert moved > 3
+    assert br.map_error(pair, x) == pytest.approx(moved, rel=1e-12)
+
+
+def test_bench_dice_per_label_exact_case():
+    from volsample import bench_register as br
+
+    a = np.array([0, 1, 1, 2, 2, 2])
+    b = np.array([1, 1, 0, 2, 2, 1])
+    assert br.dice_per_label(a, b) == {1: pytest.approx(2 * 1 / (2 + 3)),
+                                       2: pytest.approx(2 * 2 / (3 + 2))}
+
+
+def test_bench_volsample_with_no_steps_scores_as_the_headers(tmp_path):
+    # volsample register with every step count 0 keeps T = I and d = 0: its files, read
+    # back by the benchmark (psi = T(x + d(x)), the labels warped nearest), must score
+    # exactly as the headers' alignment does; the child reports its peak memory.
+    from volsample import bench_register as br
+
+    pair = _tiny_template_pair()
+    paths = br.write_pair(pair, str(tmp_path))
+    before = br.unregistered(pair)
+    run = br.run_tool("volsample", pair, paths, str(tmp_path), 1,
+                      ["--levels", "1", "--iterations", "0", "--affine-iterations", "0"])
+    assert run.dice == before.dice
+    assert run.error_mm == pytest.approx(before.error_mm, rel=1e-5)
+    assert run.peak_mb > 10 and run.wall_s > 0
+    registered = br.run_tool("volsample", pair, paths, str(tmp_path), 1,
+                             ["--levels", "2", "--iterations", "30"])
+    assert registered.error_mm < before.error_mm
+    table = br.format_table([before, run, registered])
+    assert "volsample" in table and "before" in table
+
+
+@pytest.mark.parametrize("loss", ["mse", "ncc"])
+def test_similarity_value_alone_matches_the_value_with_its_gradient(loss):
+    # value() takes a leaner path (no gradient buffers) than a call; the two must agree.
+    fixed, warped = _smooth_volume((9, 10, 11), 30, np.float32), _smooth_volume((9, 10, 11), 31, np.float32)
+    measure = registration.similarity_measure(loss, fixed, 3)
+    value, grad = measure(warped)
+    assert grad.shape == warped.shape
+    assert measure.value(warped) == pytest.approx(value, rel=1e-6)
+    assert registration.similarity(loss, fixed, warped, 3) == pytest.approx(value, rel=1e-6)
+
+
+def test_bench_register_without_nilearn_is_one_line_and_exit_2(monkeypatch, capsys):
+    from volsample import bench_register as br
+
+    def missing():
+        raise ImportError("the registration benchmark needs nilearn's MNI152 template: "
+                          "pip install nilearn")
+
+    monkeypatch.setattr(br, "template_files", missing)
+    assert main(["bench", "--register", "--register-scale", "2", "--threads", "1"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [
+        "volsample bench: error: the registration benchmark needs nilearn's MNI152 template: "
+        "pip install nilearn"]
+    assert "registration benchmark" in captured.out

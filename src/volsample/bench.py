@@ -844,6 +844,15 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--plot", metavar="FILE.png", help="write a bar chart of the ratios")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (shown by default when stderr is a terminal)")
+    parser.add_argument("--register", action="store_true",
+                        help="the registration benchmark instead: volsample register against "
+                             "ANTsPy SyN and SimpleITK B-spline on the MNI152 template under a "
+                             "known map (needs nilearn and nibabel; minutes)")
+    parser.add_argument("--register-scale", type=int, choices=(1, 2), default=1, metavar="MM",
+                        help="with --register: the fixed template's voxel size, 1 mm (default) "
+                             "or 2 mm (a quick run)")
+    parser.add_argument("--repeats", type=int, default=1, metavar="N",
+                        help="with --register: rounds of runs (medians reported)")
 
 
 def select(workloads, quick=False, pattern=None):
@@ -854,6 +863,11 @@ def select(workloads, quick=False, pattern=None):
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    if args.register:
+        from . import bench_register
+
+        threads = args.threads or volsample.get_num_threads()
+        return bench_register.main(args.register_scale, threads, args.repeats, args.json)
     workloads = select(suite(), args.quick, args.filter)
     if not workloads:
         print(f"no workload matches {args.filter!r}", file=sys.stderr)

@@ -79,6 +79,9 @@ def add_register_arguments(parser: argparse.ArgumentParser) -> None:
                         help="weight of the smoothness penalty (default "
                              + ", ".join(f"{k} {v}" for k, v in registration.DEFAULT_WEIGHTS.items())
                              + ")")
+    parser.add_argument("--tolerance", type=float, default=1e-3,
+                        help="a level stops early when its objective improves by less than "
+                             "this over 10 steps (NCC units; 0: run every step; default 0.001)")
     parser.add_argument("--lr", type=float, default=0.25, metavar="VOXELS",
                         help="Adam step at full resolution in fixed voxels (the control points', "
                              "and the affine's translation), doubled per coarser level "
@@ -115,7 +118,7 @@ def run_register(args: argparse.Namespace) -> int:
             if args.affine_iterations else iterations
         settings = dict(levels=args.levels, iterations=iterations,
                         affine_iterations=affine_iterations, grid_spacing=args.grid_spacing,
-                        weight=args.smoothness, lr=args.lr)
+                        weight=args.smoothness, lr=args.lr, tolerance=args.tolerance)
         run = _register(fixed, moving, labels, args.loss, settings, args.out,
                         progress=not args.no_progress, interp=_INTERPOLATIONS[args.interp])
     except (CommandError, VolsampleError) as error:
@@ -208,8 +211,9 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
     finally:
         bar.close()
     before = registration.resample(fixed_n.shape, fixed.affine, moving_n, moving.affine)
-    similarity = (registration.similarity(loss, fixed_n, before),
-                  registration.similarity(loss, fixed_n, result.warped))
+    measure = registration.similarity_measure(loss, fixed_n)
+    similarity = (measure.value(before), measure.value(result.warped))
+    del measure
     outputs = {"warped": result.warp(moving.data, interp), "displacement": result.displacement}
     dice = None
     if labels is not None:

@@ -34,7 +34,6 @@ ellipsoids and blobs, with a label map, and a known smooth deformation of it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -183,22 +182,30 @@ IDENTITY_PARAMS = np.eye(3, 4)  # T = I: the headers' alignment
 # ---------------------------------------------------------------------------------------
 
 
-def box_sum(volume: np.ndarray, radius: int) -> np.ndarray:
-    """Sum over the (2 radius + 1)^3 window around every voxel, by cumulative sums along
-    each axis; the window is cut at the border (zero padding).
+def box_sum(volume: np.ndarray, radius: int, *, out: np.ndarray | None = None,
+            scratch: np.ndarray | None = None) -> np.ndarray:
+    """Sum over the (2 radius + 1)^3 window around every voxel of the last three axes (any
+    leading axes are a batch); the window is cut at the border (zero padding).
 
-    The operator is symmetric (voxel i's window holds j exactly when j's holds i), so it
-    is its own adjoint: the gradients below apply it again.
+    Along each axis the 2 radius shifted copies are added in place, in a fixed order: no
+    cumulative sum, so no precision lost over long axes, and no temporary beyond one
+    buffer of the volume's size (``out``, when given, receives the result and ``scratch``
+    is that buffer; neither may be ``volume``). The operator is symmetric (voxel i's window holds j exactly when j's holds
+    i), so it is its own adjoint: the gradients below apply it again.
     """
-    out = volume
-    for axis in range(3):
-        moved = np.moveaxis(out, axis, 0)
-        n = moved.shape[0]
-        csum = np.cumsum(moved, axis=0, dtype=volume.dtype)
-        summed = csum[np.minimum(np.arange(n) + radius, n - 1)]  # up to i + radius
-        summed[radius + 1:] -= csum[:max(0, n - radius - 1)]  # minus up to i - radius - 1
-        out = np.moveaxis(summed, 0, axis)
-    return out
+    a = np.empty_like(volume) if out is None else out
+    b = np.empty_like(volume) if scratch is None else scratch
+    source = volume
+    # three axes, ping-ponging between the two buffers so that the last lands in ``a``
+    first = volume.ndim - 3
+    for axis, target in zip((first, first + 1, first + 2), (a, b, a)):
+        np.copyto(target, source)
+        n = volume.shape[axis]
+        for shift in range(1, min(radius, n - 1) + 1):
+            target[_along(axis, slice(shift, None))] += source[_along(axis, slice(None, -shift))]
+            target[_along(axis, slice(None, -shift))] += source[_along(axis, slice(shift, None))]
+        source = target
+    return a
 
 
 def blur(volume: np.ndarray, radius: int, passes: int = 2) -> np.ndarray:
@@ -211,59 +218,152 @@ def blur(volume: np.ndarray, radius: int, passes: int = 2) -> np.ndarray:
     return volume
 
 
-def mse(fixed: np.ndarray, warped: np.ndarray) -> tuple[float, np.ndarray]:
-    """Mean squared difference and its gradient with respect to ``warped``."""
-    diff = warped - fixed
-    return float(np.mean(diff * diff)), diff * (2 / diff.size)
+class MeanSquares:
+    """Mean squared difference to ``fixed``: called with a warped volume, returns the value
+    and its gradient with respect to that volume (lower is better)."""
+
+    sign = 1
+
+    def __init__(self, fixed: np.ndarray, window: int = 5) -> None:
+        self.fixed = fixed
+
+    def value(self, warped: np.ndarray) -> float:
+        """The similarity alone."""
+        diff = warped - self.fixed
+        return float(np.mean(diff * diff))
+
+    def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
+        diff = warped - self.fixed
+        return float(np.mean(diff * diff)), diff * diff.dtype.type(2 / diff.size)
 
 
-def local_ncc(fixed: np.ndarray, warped: np.ndarray, window: int = 5) -> tuple[float, np.ndarray]:
-    """Mean local normalised cross-correlation and its gradient with respect to ``warped``.
+class LocalNCC:
+    """Mean local normalised cross-correlation with ``fixed`` (higher is better).
 
     Over every voxel's ``window``^3 box, ``cc = cov(F, J)^2 / (var F var J + eps)``, the
     squared correlation coefficient (0 in flat boxes, 1 for a local linear match), as in
-    VoxelMorph; the result is its mean over voxels. Higher is better.
+    VoxelMorph; the value is its mean over voxels. What depends on the fixed volume alone
+    (window counts, its sums and variances) is computed once, here; each call box-sums
+    J, J^2 and F J, then the three gradient terms, in five volumes kept across calls.
     """
-    radius = window // 2
-    F, J = fixed, warped
-    n = box_sum(np.ones_like(F), radius)
-    F_sum, J_sum = box_sum(F, radius), box_sum(J, radius)
-    cross = box_sum(F * J, radius) - F_sum * J_sum / n
-    F_var = box_sum(F * F, radius) - F_sum * F_sum / n
-    J_var = box_sum(J * J, radius) - J_sum * J_sum / n
-    denominator = F_var * J_var + _NCC_EPS
-    cc = cross * cross / denominator
-    # cc depends on J through the window sums of J, J^2 and F J; d(mean cc)/d(each sum),
-    # then back through the (self-adjoint) box sums to every voxel of J.
-    d_cross = 2 * cross / denominator / cc.size
-    d_J_var = -cc * F_var / denominator / cc.size
-    d_J_sum = -(d_cross * F_sum + 2 * d_J_var * J_sum) / n
-    grad = box_sum(d_J_sum, radius) + 2 * J * box_sum(d_J_var, radius) + F * box_sum(d_cross, radius)
-    return float(np.mean(cc)), grad
+
+    sign = -1
+
+    def __init__(self, fixed: np.ndarray, window: int = 5) -> None:
+        self.radius = window // 2
+        F = self.fixed = fixed
+        # window counts are separable: a product of one count per axis, broadcast
+        self.inverse_count = np.ones((1, 1, 1), F.dtype)
+        for axis, n in enumerate(F.shape):
+            index = np.arange(n)
+            count = (np.minimum(index + self.radius, n - 1) - np.maximum(index - self.radius, 0)
+                     + 1).astype(F.dtype)
+            self.inverse_count = self.inverse_count * (1 / count).reshape(
+                [-1 if a == axis else 1 for a in range(3)])
+        self.scratch = np.empty_like(F)
+        self.F_sum = box_sum(F, self.radius, scratch=self.scratch)
+        self.F_var = box_sum(F * F, self.radius, scratch=self.scratch)
+        self.F_var -= self.F_sum * self.F_sum * self.inverse_count
+        # the box sums of J, J^2 and F J, then of the gradient's three terms, and two work
+        # volumes: made by the first call that asks for a gradient, kept for the next ones
+        self.sums: np.ndarray | None = None
+        self.work: np.ndarray | None = None
+
+    def value(self, warped: np.ndarray) -> float:
+        """The similarity alone, with few volume-sized temporaries (no gradient buffers)."""
+        F, J, radius, scratch = self.fixed, warped, self.radius, self.scratch
+        J_sum = box_sum(J, radius, scratch=scratch)
+        mean_J = J_sum * self.inverse_count
+        cross = box_sum(F * J, radius, scratch=scratch)
+        cross -= self.F_sum * mean_J
+        J_var = box_sum(J * J, radius, scratch=scratch)
+        J_sum *= mean_J
+        J_var -= J_sum
+        del J_sum, mean_J
+        J_var *= self.F_var
+        J_var += _NCC_EPS
+        cross *= cross
+        cross /= J_var
+        return float(np.mean(cross))
+
+    def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
+        """(value, gradient); the gradient is a buffer of this object, which the next call
+        overwrites."""
+        if self.sums is None or self.work is None:
+            self.sums = np.empty((3,) + self.fixed.shape, self.fixed.dtype)
+            self.work = np.empty((2,) + self.fixed.shape, self.fixed.dtype)
+        F, J, radius, scratch = self.fixed, warped, self.radius, self.scratch
+        inverse_count = self.inverse_count
+        s0, s1, s2 = self.sums
+        a, b = self.work
+        # Five volumes of work in all, each reused as soon as what it held is dead.
+        J_sum = box_sum(J, radius, out=s0, scratch=scratch)
+        J_var = box_sum(np.multiply(J, J, out=a), radius, out=s1, scratch=scratch)
+        cross = box_sum(np.multiply(F, J, out=a), radius, out=s2, scratch=scratch)
+        np.multiply(J_sum, inverse_count, out=a)  # the window mean of J
+        np.multiply(self.F_sum, a, out=b)
+        cross -= b
+        np.multiply(J_sum, a, out=b)
+        J_var -= b
+        reciprocal = np.multiply(self.F_var, J_var, out=b)
+        reciprocal += _NCC_EPS
+        np.reciprocal(reciprocal, out=reciprocal)
+        cc = np.multiply(cross, cross, out=a)
+        cc *= reciprocal
+        value = float(np.mean(cc))
+        # cc depends on J through the window sums of J, J^2 and F J; d(mean cc)/d(each sum),
+        # then back through the (self-adjoint) box sums to every voxel of J.
+        scale = J.dtype.type(1 / cc.size)
+        d_cross = np.multiply(cross, reciprocal, out=s2)
+        d_cross *= 2 * scale
+        d_J_var = np.multiply(cc, reciprocal, out=a)
+        d_J_var *= self.F_var
+        d_J_var *= -scale
+        d_J_sum = np.multiply(d_cross, self.F_sum, out=s1)
+        np.multiply(d_J_var, J_sum, out=b)
+        b *= 2
+        d_J_sum += b
+        d_J_sum *= -inverse_count
+        grad = box_sum(d_J_sum, radius, out=s0, scratch=scratch)
+        back_var = box_sum(d_J_var, radius, out=s1, scratch=scratch)
+        back_var *= J
+        back_var *= 2
+        grad += back_var
+        back_cross = box_sum(d_cross, radius, out=a, scratch=scratch)
+        back_cross *= F
+        grad += back_cross
+        return value, grad
 
 
-# name -> (similarity function, its sign as a loss: +1 lower is better, -1 higher is)
-SIMILARITIES: dict[str, tuple[Callable, int]] = {
-    "mse": (mse, 1),
-    "ncc": (local_ncc, -1),
+def mse(fixed: np.ndarray, warped: np.ndarray) -> tuple[float, np.ndarray]:
+    """Mean squared difference and its gradient with respect to ``warped``."""
+    return MeanSquares(fixed)(warped)
+
+
+def local_ncc(fixed: np.ndarray, warped: np.ndarray, window: int = 5) -> tuple[float, np.ndarray]:
+    """Mean local normalised cross-correlation (``LocalNCC``) and its gradient with respect
+    to ``warped``."""
+    return LocalNCC(fixed, window)(warped)
+
+
+# name -> the similarity's class: built on a fixed volume, called on warped ones
+SIMILARITIES: dict[str, type[MeanSquares] | type[LocalNCC]] = {
+    "mse": MeanSquares,
+    "ncc": LocalNCC,
 }
 
 
 def similarity(metric: str, fixed: np.ndarray, warped: np.ndarray, window: int = 5) -> float:
     """The similarity ``metric`` ("mse" or "ncc") of two volumes."""
-    function, _ = _similarity(metric, window)
-    return function(fixed, warped)[0]
+    return _similarity(metric)(fixed, window).value(warped)
 
 
-def _similarity(metric, window):
-    """(function(fixed, warped) -> (value, gradient), sign) of ``metric``."""
+def _similarity(metric):
+    """The similarity class of ``metric``."""
     if metric not in SIMILARITIES:
         raise InvalidArgumentError(
             f"loss: expected one of {', '.join(map(repr, SIMILARITIES))}, got {metric!r}")
-    function, sign = SIMILARITIES[metric]
-    if function is local_ncc:
-        function = functools.partial(local_ncc, window=window)
-    return function, sign
+    return SIMILARITIES[metric]
 
 
 def smoothness(control: np.ndarray, spacing: Sequence[float]) -> tuple[float, np.ndarray]:
@@ -293,15 +393,25 @@ def _sample(moving, theta, displacement, shape):
     return warp_3d(moving[None, None], theta, displacement, shape, **_SAMPLING)[0, 0]
 
 
-def _similarity_gradient(function, sign, fixed, moving, theta, displacement, mask):
-    """Similarity of the warped volume, and warp_3d_backward's (grad_theta,
-    grad_displacement) of the loss ``sign * similarity`` as ``mask`` asks for them."""
-    warped = _sample(moving, theta, displacement, fixed.shape)
-    sim, grad_warped = function(fixed, warped)
+def _similarity_gradient(measure, moving, theta, displacement, mask):
+    """Similarity (``measure``, built on the fixed volume) of the warped volume, and
+    warp_3d_backward's (grad_theta, grad_displacement) of the loss ``sign * similarity`` as
+    ``mask`` asks for them."""
+    warped = _sample(moving, theta, displacement, measure.fixed.shape)
+    sim, grad_warped = measure(warped)
+    if measure.sign != 1:
+        grad_warped *= grad_warped.dtype.type(measure.sign)
     _, grad_theta, grad_displacement = warp_3d_backward(
-        (sign * grad_warped)[None, None], moving[None, None], theta, displacement, **_SAMPLING,
+        grad_warped[None, None], moving[None, None], theta, displacement, **_SAMPLING,
         output_mask=(False,) + mask)
     return sim, grad_theta, grad_displacement
+
+
+def similarity_measure(loss: str, fixed: np.ndarray, window: int = 5
+                       ) -> MeanSquares | LocalNCC:
+    """The similarity ``loss`` ("mse" or "ncc") built on ``fixed``, to be called on warped
+    volumes step after step (what depends on ``fixed`` alone is computed once)."""
+    return _similarity(loss)(fixed, window)
 
 
 def moving_displacement(displacement: np.ndarray, theta: np.ndarray,
@@ -314,7 +424,8 @@ def moving_displacement(displacement: np.ndarray, theta: np.ndarray,
 
 
 def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, frame: Frame,
-                     loss: str = "ncc", *, window: int = 5
+                     loss: str = "ncc", *, window: int = 5,
+                     measure: MeanSquares | LocalNCC | None = None
                      ) -> tuple[float, np.ndarray, float]:
     """The affine stage's objective at one resolution, and its gradient.
 
@@ -326,7 +437,7 @@ def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, 
         The volumes at this resolution, each on its own grid.
     frame : Frame
         The two images' geometry.
-    loss, window
+    loss, window, measure
         As for ``objective``.
 
     Returns
@@ -334,17 +445,17 @@ def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, 
     (value, grad, similarity) : the loss ``sign * similarity``, d value / d params (3, 4),
     and the similarity as reported.
     """
-    function, sign = _similarity(loss, window)
-    sim, grad_theta, _ = _similarity_gradient(function, sign, fixed, moving,
-                                              frame.theta(params, moving.dtype), None,
-                                              (True, False))
-    return sign * sim, frame.gradient(grad_theta.astype(np.float64)), sim
+    measure = measure or similarity_measure(loss, fixed, window)
+    sim, grad_theta, _ = _similarity_gradient(measure, moving, frame.theta(params, moving.dtype),
+                                              None, (True, False))
+    return measure.sign * sim, frame.gradient(grad_theta.astype(np.float64)), sim
 
 
 def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc",
               weight: float = 0.0, *, theta: np.ndarray | None = None,
-              full_shape: Sequence[int] | None = None,
-              window: int = 5) -> tuple[float, np.ndarray, float]:
+              full_shape: Sequence[int] | None = None, window: int = 5,
+              measure: MeanSquares | LocalNCC | None = None
+              ) -> tuple[float, np.ndarray, float]:
     """The deformable stage's objective at one resolution, and its gradient.
 
     Parameters
@@ -364,6 +475,9 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
         (default ``fixed.shape``).
     window : int
         Box size of the local NCC.
+    measure : optional
+        ``similarity_measure(loss, fixed, window)``, built once and reused across steps
+        (default: built here).
 
     Returns
     -------
@@ -374,22 +488,23 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
     similarity : float
         The similarity term alone, as reported (MSE, or NCC positive).
     """
-    function, sign = _similarity(loss, window)
+    measure = measure or similarity_measure(loss, fixed, window)
     full_shape = tuple(full_shape or fixed.shape)
     dtype = control.dtype
     theta = (np.eye(3, 4, dtype=dtype)[None] if theta is None else theta).astype(dtype)
-    displacement = dense_displacement(control, fixed.shape)
-    sim, _, grad_moved = _similarity_gradient(
-        function, sign, fixed, moving, theta, moving_displacement(displacement, theta, full_shape),
-        (False, True))
-    # back through moving_displacement: the transpose of theta's linear part, then the scale
-    grad_dense = (grad_moved @ theta[0, :, :3]) * voxel_to_normalised(full_shape, dtype)
-    grad = upsample_trilinear_3d_backward(grad_dense, control.shape[:1] + (3,)
+    # warp_3d's displacement is linear in d, point by point (moving_displacement), and the
+    # upsampling is linear channel by channel: the linear map goes on the few control
+    # points, before the upsampling, and its transpose after the upsampling's backward.
+    linear = theta[0, :, :3] * voxel_to_normalised(full_shape, dtype)
+    moved = dense_displacement(control @ linear.T, fixed.shape)
+    sim, _, grad_moved = _similarity_gradient(measure, moving, theta, moved, (False, True))
+    grad = upsample_trilinear_3d_backward(grad_moved, control.shape[:1] + (3,)
                                           + control.shape[1:4], align_corners=True,
-                                          layout="NDHWC")
+                                          layout="NDHWC") @ linear
     spacing = [(n - 1) / (c - 1) for n, c in zip(full_shape, control.shape[1:4])]
     penalty, grad_penalty = smoothness(control, spacing)
-    return sign * sim + weight * penalty, grad + dtype.type(weight) * grad_penalty, sim
+    return (measure.sign * sim + weight * penalty, grad + dtype.type(weight) * grad_penalty,
+            sim)
 
 
 # ---------------------------------------------------------------------------------------
@@ -481,6 +596,26 @@ class RegistrationResult:
 
 
 DEFAULT_WEIGHTS = {"mse": 0.001, "ncc": 0.1}  # smoothness weight per loss
+# the size of a meaningful change of the objective per loss, for the early stop: NCC lies
+# in [0, 1]; the MSE of intensities normalised to [0, 1] rarely starts above 0.1
+_SCALES = {"mse": 0.1, "ncc": 1.0}
+STALL_STEPS = 10  # steps over which a stalled objective is judged
+
+
+class _Stall:
+    """Fed one objective value per step, says when the best of the last ``STALL_STEPS``
+    improves on the best before them by less than ``threshold`` (never when 0)."""
+
+    def __init__(self, threshold: float) -> None:
+        self.threshold = threshold
+        self.values: list[float] = []
+
+    def __call__(self, value: float) -> bool:
+        self.values.append(value)
+        if not self.threshold or len(self.values) <= STALL_STEPS:
+            return False
+        recent, before = self.values[-STALL_STEPS:], self.values[:-STALL_STEPS]
+        return min(before) - min(recent) < self.threshold
 
 
 def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
@@ -488,7 +623,7 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
              levels: int = 3, iterations: int | Sequence[int] = 100,
              affine_iterations: int | Sequence[int] | None = None,
              grid_spacing: float = 4.0, weight: float | None = None, lr: float = 0.25,
-             affine_lr: float = 0.01, window: int = 5,
+             affine_lr: float = 0.01, window: int = 5, tolerance: float = 1e-3,
              callback: Callable[[str, int, int, float, float], None] | None = None
              ) -> RegistrationResult:
     """Register ``moving`` to ``fixed``: an affine stage, then a free-form deformation,
@@ -525,6 +660,10 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         level.
     window : int
         Box size of the local NCC.
+    tolerance : float
+        A level ends early when its objective stalls: when the best value of its last
+        ``STALL_STEPS`` steps improves on the best before them by less than ``tolerance``
+        times the similarity's scale (0: always run every step).
     callback : callable(stage, level, iteration, objective, similarity), optional
         Called after every step (stage "affine" or "deformable"; levels counted from 0,
         coarsest first).
@@ -536,7 +675,7 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     fixed, moving = _volume("fixed", fixed), _volume("moving", moving)
     fixed_affine = _affine("fixed_affine", fixed_affine)
     moving_affine = _affine("moving_affine", moving_affine)
-    _similarity(loss, window)
+    _similarity(loss)
     if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1:
         raise InvalidArgumentError(f"levels: expected an int >= 1, got {levels!r}")
     steps = _per_level("iterations", iterations, levels)
@@ -548,14 +687,18 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
             raise InvalidArgumentError(f"{name}: expected a number > 0, got {value!r}")
     if weight is not None and not weight >= 0:
         raise InvalidArgumentError(f"weight: expected a number >= 0, got {weight!r}")
+    if not tolerance >= 0:
+        raise InvalidArgumentError(f"tolerance: expected a number >= 0, got {tolerance!r}")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
         raise InvalidArgumentError(f"window: expected an odd int >= 1, got {window!r}")
     weight = DEFAULT_WEIGHTS[loss] if weight is None else weight
     shape = fixed.shape
     frame = Frame.of(shape, fixed_affine, moving.shape, moving_affine)
-    pyramid = [(2 ** (levels - 1 - level),) + tuple(_downsample(v, 2 ** (levels - 1 - level))
-                                                    for v in (fixed, moving))
-               for level in range(levels)]
+    pyramid = [(1, fixed, moving)]  # finest first, each level halving the one before
+    for _ in range(levels - 1):
+        factor, fixed_l, moving_l = pyramid[-1]
+        pyramid.append((2 * factor, _halve(fixed_l), _halve(moving_l)))
+    pyramid.reverse()
     history = []
 
     def record(stage, level, it, value, sim):
@@ -569,22 +712,31 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         step = np.full((3, 4), affine_lr * factor)
         step[:, 3] = lr * factor * voxel_mm
         adam = Adam(params, step)
+        measure = similarity_measure(loss, fixed_l, window) if affine_steps[level] else None
+        stall = _Stall(tolerance * _SCALES[loss])
         for it in range(affine_steps[level]):
-            value, grad, sim = affine_objective(params, fixed_l, moving_l, frame, loss,
-                                                window=window)
+            value, grad, sim = affine_objective(params, fixed_l, moving_l, frame, measure=measure)
             adam.step(grad)
             record("affine", level, it, value, sim)
+            if stall(value):
+                break
+        del measure
     theta = frame.theta(params)
     control = np.zeros((1,) + control_shape(shape, grid_spacing * 2 ** (levels - 1)) + (3,),
                        np.float32)
     for level, (factor, fixed_l, moving_l) in enumerate(pyramid):
         control = refine(control, control_shape(shape, grid_spacing * factor))
         adam = Adam(control, lr * factor)
+        measure = similarity_measure(loss, fixed_l, window) if steps[level] else None
+        stall = _Stall(tolerance * _SCALES[loss])
         for it in range(steps[level]):
             value, grad, sim = objective(control, fixed_l, moving_l, loss, weight, theta=theta,
-                                         full_shape=shape, window=window)
+                                         full_shape=shape, measure=measure)
             adam.step(grad)
             record("deformable", level, it, value, sim)
+            if stall(value):
+                break
+        del measure
     displacement = dense_displacement(control, shape)
     warped = _sample(moving, theta, moving_displacement(displacement, theta, shape), shape)
     millimetres = displacement[0, ..., ::-1] @ fixed_affine[:3, :3].T.astype(np.float32)
@@ -646,13 +798,12 @@ def _per_level(name, value, levels):
     return values
 
 
-def _downsample(volume, factor):
-    """The volume blurred and resampled to about 1 / ``factor`` of its size per axis (the
-    same normalised coordinates: align_corners=True)."""
-    if factor == 1:
-        return volume
-    size = tuple(max(min(n, _MIN_LEVEL_SIZE), round((n - 1) / factor) + 1) for n in volume.shape)
-    smooth = blur(volume, factor // 2)
+def _halve(volume):
+    """The volume blurred (3^3 box, twice) and resampled to about half its size per axis
+    (the same normalised coordinates: align_corners=True): the next pyramid level, made
+    from the one before, so that only the first halving reads the full resolution."""
+    size = tuple(max(min(n, _MIN_LEVEL_SIZE), round((n - 1) / 2) + 1) for n in volume.shape)
+    smooth = blur(volume, 1)
     return upsample_trilinear_3d(smooth[None, None], size=size, align_corners=True)[0, 0]
 
 

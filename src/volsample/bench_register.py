@@ -1,0 +1,542 @@
+"""The registration benchmark (``volsample bench --register``): real anatomy, a known map.
+
+The pair is built from the MNI152 2009 template that ships inside the nilearn wheel (T1 at
+1 mm, 197x233x189, and its grey- and white-matter probability maps). The fixed image is
+the template; the moving image is the template seen through a known map
+
+    phi(y) = A y + b + u(y)      (moving world point y -> template world point, mm)
+
+(a rotation, scaling and shift, plus a smooth field ``u`` of sines) on a grid of 1.5x
+coarser voxels, with a smooth multiplicative bias field and Gaussian noise. Labels (1 grey
+matter, 2 white matter: where that map is above one half) go through the same map
+(nearest).
+
+Each registration tool runs in a child process of its own (its wall time and its peak
+resident set are that process's), on the NIfTI files of the pair, with the same thread
+count: ``volsample register`` as a user runs it (reading and writing NIfTI included), and,
+where installed, ANTsPy's ``registration(type_of_transform="SyN")`` (its call timed alone
+as well) and SimpleITK's affine + B-spline registration (``ImageRegistrationMethod``). Each
+tool's result is read back as the moving world point psi(x) it assigns to every fixed
+voxel x, and scored by
+
+- Dice per label of the fixed labels against the moving labels warped (nearest);
+- the error against the known map inside the brain: ``|phi(psi(x)) - x|`` in mm, over the
+  fixed voxels whose grey + white matter probability is above one half (phi is known in
+  closed form, so no inverse is needed).
+
+``scale=2`` builds the same pair at 2 mm (moving 3 mm) for quick runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import registration
+
+TOOLS = ("volsample", "ants-syn", "simpleitk-bspline")
+_TOOL_MODULES = {"volsample": "nibabel", "ants-syn": "ants", "simpleitk-bspline": "SimpleITK"}
+LABELS = {1: "grey matter", 2: "white matter"}
+_TEMPLATE = "mni_icbm152_{}_tal_nlin_sym_09a_converted.nii.gz"
+
+# The known map: rotations (rad, about x, y, z), scalings, shift (mm), and the smooth field's
+# peak (mm) and wavelengths (mm); the bias field's peak (relative) and the noise's standard
+# deviation (of the image's 99.5th percentile).
+_ROTATION = (0.06, -0.05, 0.08)
+_SCALING = (1.04, 0.97, 1.02)
+_SHIFT = (4.0, -6.0, 3.0)
+_FIELD_PEAK_MM = 4.0
+_BIAS = 0.15
+_NOISE = 0.02
+
+
+def _have(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+def available_tools() -> dict[str, bool]:
+    """{tool: whether its package is installed}."""
+    return {tool: _have(module) for tool, module in _TOOL_MODULES.items()}
+
+
+# ---------------------------------------------------------------------------------------
+# The pair
+# ---------------------------------------------------------------------------------------
+
+
+def _rotation(angles):
+    a, b, c = angles
+    rx = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
+    ry = np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]])
+    rz = np.array([[np.cos(c), -np.sin(c), 0], [np.sin(c), np.cos(c), 0], [0, 0, 1]])
+    return rz @ ry @ rx
+
+
+@dataclasses.dataclass(frozen=True)
+class KnownMap:
+    """phi(y) = linear (y - centre) + centre + shift + u(y), world mm to world mm; u is a sum
+    over channels of products of sines (wavelengths about 100-200 mm), peak ``peak`` mm."""
+
+    linear: np.ndarray
+    centre: np.ndarray
+    shift: np.ndarray
+    frequency: np.ndarray  # (3 channels, 3 axes), radians per mm
+    phase: np.ndarray      # (3, 3)
+    peak: float
+
+    @classmethod
+    def default(cls, centre) -> KnownMap:
+        rng = np.random.default_rng(35)
+        return cls(_rotation(_ROTATION) @ np.diag(_SCALING), np.asarray(centre, float),
+                   np.array(_SHIFT), rng.uniform(2 * np.pi / 200, 2 * np.pi / 100, (3, 3)),
+                   rng.uniform(0, 2 * np.pi, (3, 3)), _FIELD_PEAK_MM)
+
+    def __call__(self, y: np.ndarray) -> np.ndarray:
+        """phi of world points ``y`` (..., 3)."""
+        out = (y - self.centre) @ self.linear.T + self.centre + self.shift
+        for channel in range(3):
+            out[..., channel] += self.peak * np.prod(
+                np.sin(y * self.frequency[channel] + self.phase[channel]), axis=-1)
+        return out
+
+
+@dataclasses.dataclass
+class TemplatePair:
+    fixed: np.ndarray
+    fixed_affine: np.ndarray
+    fixed_labels: np.ndarray
+    brain: np.ndarray  # the fixed voxels where the error is measured
+    moving: np.ndarray
+    moving_affine: np.ndarray
+    moving_labels: np.ndarray
+    known: KnownMap
+
+
+def template_files() -> dict[str, str]:
+    """Paths of the MNI152 2009 T1, grey- and white-matter maps inside nilearn's wheel."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("nilearn")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the registration benchmark needs nilearn's MNI152 template: "
+                          "pip install nilearn")
+    data = os.path.join(list(spec.submodule_search_locations)[0], "datasets", "data")
+    return {kind: os.path.join(data, _TEMPLATE.format(kind)) for kind in ("t1", "gm", "wm")}
+
+
+def _world(shape, affine):
+    """World coordinates (D, H, W, 3) of every voxel of a grid."""
+    index = np.stack(np.meshgrid(*(np.arange(n, dtype=np.float64) for n in shape),
+                                 indexing="ij"), -1)
+    return index @ affine[:3, :3].T + affine[:3, 3]
+
+
+def _sample(volume, affine, points, order):
+    """``volume`` (with its affine) at world ``points`` (..., 3): SciPy, 0 outside."""
+    from scipy import ndimage
+
+    index = (points - affine[:3, 3]) @ np.linalg.inv(affine[:3, :3]).T
+    return ndimage.map_coordinates(volume, np.moveaxis(index, -1, 0), order=order,
+                                   mode="constant", cval=0.0)
+
+
+def _coarsen(volume, affine, factor):
+    """The volume blurred and subsampled by an integer ``factor`` (voxel centres kept on
+    the template's lattice), with its affine."""
+    from scipy import ndimage
+
+    if factor == 1:
+        return volume, affine
+    smooth = ndimage.uniform_filter(volume, factor, mode="nearest")
+    out = affine.copy()
+    out[:3, :3] = affine[:3, :3] * factor
+    return smooth[::factor, ::factor, ::factor], out
+
+
+def template_pair(scale: int = 1) -> TemplatePair:
+    """The fixed template at ``scale`` mm and the moving one at 1.5 ``scale`` mm, moved by
+    the known map, with bias and noise (deterministic)."""
+    import nibabel as nib
+    from scipy import ndimage
+
+    files = template_files()
+    images: dict[str, Any] = {kind: nib.load(path) for kind, path in files.items()}
+    affine = np.asarray(images["t1"].affine, np.float64)
+    t1, gm, wm = (np.asarray(images[k].get_fdata(), np.float32) for k in ("t1", "gm", "wm"))
+    labels = np.where((gm > 0.5) & (gm >= wm), 1, np.where(wm > 0.5, 2, 0)).astype(np.int16)
+    fixed, fixed_affine = _coarsen(t1, affine, scale)
+    brain_prob, _ = _coarsen(gm + wm, affine, scale)
+    fixed_labels = labels[::scale, ::scale, ::scale] if scale > 1 else labels
+    # the moving grid: 1.5x the voxel size, over the same field of view
+    spacing = 1.5 * scale
+    extent = (np.array(t1.shape) - 1) * np.abs(np.diag(affine[:3, :3]))
+    moving_shape = tuple(int(n) for n in np.floor(extent / spacing) + 1)
+    moving_affine = np.diag([spacing, spacing, spacing, 1.0]) * np.sign(
+        np.append(np.diag(affine[:3, :3]), 1))
+    moving_affine[:3, 3] = affine[:3, 3]
+    centre = affine[:3, :3] @ ((np.array(t1.shape) - 1) / 2) + affine[:3, 3]
+    known = KnownMap.default(centre)
+    points = known(_world(moving_shape, moving_affine))
+    blurred = ndimage.gaussian_filter(t1, 0.4 * 1.5) if spacing > 1 else t1
+    moving = _sample(blurred, affine, points, 1)
+    moving_labels = _sample(labels, affine, points, 0).astype(np.int16)
+    rng = np.random.default_rng(1)
+    unit = (_world(moving_shape, moving_affine) - centre) / extent.max()
+    bias = np.exp(_BIAS * np.sin(2.0 * unit[..., 0] + 0.5) * np.cos(1.5 * unit[..., 1])
+                  + _BIAS * unit[..., 2])
+    level = np.percentile(moving, 99.5)
+    moving = (moving * bias + rng.normal(0, _NOISE * level, moving_shape)).astype(np.float32)
+    return TemplatePair(fixed.astype(np.float32), fixed_affine, fixed_labels,
+                        brain_prob > 0.5, moving, moving_affine, moving_labels, known)
+
+
+def write_pair(pair: TemplatePair, folder: str) -> dict[str, str]:
+    """The pair as NIfTI files under ``folder``: {fixed, moving, fixed_labels, moving_labels}."""
+    import nibabel as nib
+
+    paths = {}
+    for name, data, affine in (("fixed", pair.fixed, pair.fixed_affine),
+                               ("moving", pair.moving, pair.moving_affine),
+                               ("fixed_labels", pair.fixed_labels, pair.fixed_affine),
+                               ("moving_labels", pair.moving_labels, pair.moving_affine)):
+        paths[name] = os.path.join(folder, f"{name}.nii.gz")
+        nib.save(nib.Nifti1Image(data, affine), paths[name])
+    return paths
+
+
+# ---------------------------------------------------------------------------------------
+# Scores
+# ---------------------------------------------------------------------------------------
+
+
+def dice_per_label(fixed_labels: np.ndarray, warped_labels: np.ndarray) -> dict[int, float]:
+    """{label: Dice} for the labels of ``LABELS``."""
+    return {k: float(2 * np.sum((fixed_labels == k) & (warped_labels == k))
+                     / (np.sum(fixed_labels == k) + np.sum(warped_labels == k)))
+            for k in LABELS}
+
+
+def map_error(pair: TemplatePair, psi: np.ndarray) -> float:
+    """Mean |phi(psi(x)) - x| (mm) over the brain's fixed voxels, psi (D, H, W, 3) the
+    moving world point a tool assigns to every fixed voxel."""
+    x = _world(pair.fixed.shape, pair.fixed_affine)[pair.brain]
+    return float(np.mean(np.linalg.norm(pair.known(psi[pair.brain]) - x, axis=-1)))
+
+
+# ---------------------------------------------------------------------------------------
+# The tools, each in a child process
+# ---------------------------------------------------------------------------------------
+
+# Every child reports its own peak resident set (VmHWM: a fork's copy of this process's
+# pages, which the kernel's rusage would count, is not in it) on its last line of stderr.
+_PEAK = r"""
+import atexit, sys
+def _peak():
+    with open("/proc/self/status") as status:
+        kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    print(f"peak-kB {kb}", file=sys.stderr)
+atexit.register(_peak)
+"""
+# volsample register, as ``python -m volsample register ...`` runs it
+_VOLSAMPLE_CHILD = r"""
+import sys
+from volsample.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+# A child: runs one tool on the pair's files and leaves under OUT warped_labels.npy and
+# psi.npy (the moving world point of every fixed voxel), and prints its own timings.
+_ANTS_CHILD = r"""
+import json, sys, time
+import numpy as np
+import nibabel as nib
+import ants
+
+paths, out = json.loads(sys.argv[1]), sys.argv[2]
+fixed, moving = ants.image_read(paths["fixed"]), ants.image_read(paths["moving"])
+start = time.perf_counter()
+reg = ants.registration(fixed, moving, type_of_transform="SyN")
+seconds = time.perf_counter() - start
+labels = ants.image_read(paths["moving_labels"])
+warped = ants.apply_transforms(fixed, labels, reg["fwdtransforms"], interpolator="genericLabel")
+np.save(out + "/warped_labels.npy", np.rint(warped.numpy()).astype(np.int16))
+# psi: the moving voxel indices, as images on the moving grid, warped linearly (exact for a
+# linear function inside the grid), then through the moving NIfTI affine to world points
+image = nib.load(paths["moving"])
+index = np.stack(np.meshgrid(*(np.arange(n, dtype=np.float32) for n in image.shape),
+                             indexing="ij"), 0)
+mapped = []
+for channel in index:
+    ants_image = ants.from_numpy(channel, origin=moving.origin, spacing=moving.spacing,
+                                 direction=moving.direction)
+    mapped.append(ants.apply_transforms(fixed, ants_image, reg["fwdtransforms"],
+                                        interpolator="linear").numpy())
+index = np.stack(mapped, -1).astype(np.float64)
+np.save(out + "/psi.npy", index @ image.affine[:3, :3].T + image.affine[:3, 3])
+print(json.dumps({"registration_s": seconds}))
+"""
+
+_SITK_CHILD = r"""
+import json, sys, time
+import numpy as np
+import nibabel as nib
+import SimpleITK as sitk
+
+paths, out, threads = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
+fixed = sitk.ReadImage(paths["fixed"], sitk.sitkFloat32)
+moving = sitk.ReadImage(paths["moving"], sitk.sitkFloat32)
+start = time.perf_counter()
+
+def method(transform, iterations, shrink, sigmas):
+    r = sitk.ImageRegistrationMethod()
+    r.SetMetricAsMattesMutualInformation(32)
+    r.SetMetricSamplingStrategy(r.RANDOM)
+    r.SetMetricSamplingPercentage(0.1, seed=1)
+    r.SetInterpolator(sitk.sitkLinear)
+    r.SetShrinkFactorsPerLevel(shrink)
+    r.SetSmoothingSigmasPerLevel(sigmas)
+    r.SmoothingSigmasAreSpecifiedInPhysicalUnitsOn()
+    r.SetInitialTransform(transform, inPlace=True)
+    return r
+
+initial = sitk.CenteredTransformInitializer(fixed, moving, sitk.AffineTransform(3),
+                                            sitk.CenteredTransformInitializerFilter.GEOMETRY)
+affine = method(initial, 100, [4, 2, 1], [2, 1, 0])
+affine.SetOptimizerAsRegularStepGradientDescent(1.0, 1e-4, 100)
+affine.SetOptimizerScalesFromPhysicalShift()
+affine.Execute(fixed, moving)
+mesh = [max(1, int(round(size * spacing / 20)))
+        for size, spacing in zip(fixed.GetSize(), fixed.GetSpacing())]
+bspline = sitk.BSplineTransformInitializer(fixed, mesh, 3)
+deformable = method(bspline, 100, [4, 2, 1], [2, 1, 0])
+deformable.SetMovingInitialTransform(initial)
+deformable.SetOptimizerAsLBFGSB(1e-5, 100, 5, 1000)
+deformable.Execute(fixed, moving)
+seconds = time.perf_counter() - start
+composite = sitk.CompositeTransform([initial, bspline])
+labels = sitk.ReadImage(paths["moving_labels"])
+warped = sitk.Resample(labels, fixed, composite, sitk.sitkNearestNeighbor, 0)
+# sitk arrays are (k, j, i): back to NIfTI's (i, j, k)
+np.save(out + "/warped_labels.npy", sitk.GetArrayFromImage(warped).T.astype(np.int16))
+field = sitk.TransformToDisplacementField(composite, sitk.sitkVectorFloat64, fixed.GetSize(),
+                                          fixed.GetOrigin(), fixed.GetSpacing(),
+                                          fixed.GetDirection())
+lps = sitk.GetArrayFromImage(field).transpose(2, 1, 0, 3)
+size = fixed.GetSize()
+points = np.stack(np.meshgrid(*(np.arange(n, dtype=np.float64) for n in size), indexing="ij"), -1)
+direction = np.array(fixed.GetDirection()).reshape(3, 3)
+lps += points * np.array(fixed.GetSpacing()) @ direction.T + np.array(fixed.GetOrigin())
+np.save(out + "/psi.npy", lps * np.array([-1.0, -1.0, 1.0]))  # ITK's LPS to NIfTI's RAS
+print(json.dumps({"registration_s": seconds}))
+"""
+
+
+@dataclasses.dataclass
+class ToolResult:
+    tool: str
+    wall_s: float  # the child process, start to end (volsample: the command as a user runs it)
+    cpu_s: float  # its user + system time, all threads: on a shared machine, the steadier
+    registration_s: float | None  # the registration call alone, where the tool reports it
+    peak_mb: float  # the child's peak resident set
+    dice: dict[int, float]
+    error_mm: float
+
+
+def _measure_child(argv, env, folder):
+    """Run a child to its end: (stdout, wall seconds, CPU seconds (user + system, all its
+    threads), its peak resident set in MB); its output goes through files, so that no pipe
+    fills."""
+    with open(os.path.join(folder, "stdout.txt"), "w+") as out, \
+            open(os.path.join(folder, "stderr.txt"), "w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        errors = err.read()
+        if proc.returncode:
+            raise RuntimeError(f"{' '.join(argv[:4])} failed:\n{errors[-3000:]}")
+        return (out.read(), wall, usage.ru_utime + usage.ru_stime,
+                int(errors.split()[-1]) / 1024)
+
+
+def _child_env(threads):
+    env = dict(os.environ)
+    for name in ("OMP_NUM_THREADS", "ITK_GLOBAL_DEFAULT_NUMBER_OF_THREADS", "MKL_NUM_THREADS",
+                 "OPENBLAS_NUM_THREADS"):
+        env[name] = str(threads)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+        + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def _volsample_psi(out):
+    """psi of ``volsample register``'s files: T(x + d(x)), d in fixed world mm."""
+    import nibabel as nib
+
+    image: Any = nib.load(os.path.join(out, "displacement.nii.gz"))
+    d = np.asarray(image.dataobj, np.float64)
+    transform = np.loadtxt(os.path.join(out, "affine.txt"))
+    x = _world(d.shape[:3], np.asarray(image.affine)) + d
+    return x @ transform[:3, :3].T + transform[:3, 3]
+
+
+def run_tool(tool: str, pair: TemplatePair, paths: dict[str, str], folder: str,
+             threads: int, register_args: Sequence[str] = ()) -> ToolResult:
+    """Run ``tool`` on the pair's files in a child process and score it."""
+    import nibabel as nib
+
+    out = os.path.join(folder, tool)
+    os.makedirs(out, exist_ok=True)
+    env = _child_env(threads)
+    if tool == "volsample":
+        argv = [sys.executable, "-c", _PEAK + _VOLSAMPLE_CHILD, "register", paths["fixed"],
+                paths["moving"],
+                "--out", out, "--labels", paths["fixed_labels"], paths["moving_labels"],
+                "--no-progress", *register_args]
+    elif tool == "ants-syn":
+        argv = [sys.executable, "-c", _PEAK + _ANTS_CHILD, json.dumps(paths), out]
+    elif tool == "simpleitk-bspline":
+        argv = [sys.executable, "-c", _PEAK + _SITK_CHILD, json.dumps(paths), out, str(threads)]
+    else:
+        raise ValueError(f"tool: expected one of {TOOLS}, got {tool!r}")
+    stdout, wall, cpu, peak = _measure_child(argv, env, out)
+    if tool == "volsample":
+        registration_s = None
+        labels: Any = nib.load(os.path.join(out, "warped_labels.nii.gz"))
+        warped = np.asarray(labels.dataobj)
+        psi = _volsample_psi(out)
+    else:
+        registration_s = json.loads(stdout.strip().splitlines()[-1])["registration_s"]
+        warped = np.load(os.path.join(out, "warped_labels.npy"))
+        psi = np.load(os.path.join(out, "psi.npy"))
+    return ToolResult(tool, wall, cpu, registration_s, peak,
+                      dice_per_label(pair.fixed_labels, warped), map_error(pair, psi))
+
+
+def unregistered(pair: TemplatePair) -> ToolResult:
+    """The scores of the headers' alignment alone (psi(x) = x)."""
+    x = _world(pair.fixed.shape, pair.fixed_affine)
+    warped = registration.resample(pair.fixed.shape, pair.fixed_affine, pair.moving_labels,
+                                   pair.moving_affine, "nearest")
+    return ToolResult("before", 0.0, 0.0, None, 0.0, dice_per_label(pair.fixed_labels, warped),
+                      map_error(pair, x))
+
+
+def run(tools: Sequence[str], scale: int = 1, threads: int = 2, repeats: int = 1,
+        register_args: Sequence[str] = (), folder: str | None = None,
+        log=print) -> list[ToolResult]:
+    """Build the pair and run every tool in ``tools`` ``repeats`` times, interleaved (tool
+    after tool, round after round, so that a shared machine's drift moves all alike)."""
+    with tempfile.TemporaryDirectory(prefix="volsample-register-bench-") as scratch:
+        folder = folder or scratch
+        os.makedirs(folder, exist_ok=True)
+        pair = template_pair(scale)
+        paths = write_pair(pair, folder)
+        results = [unregistered(pair)]
+        log(format_row(results[0]))
+        for _ in range(repeats):
+            for tool in tools:
+                results.append(run_tool(tool, pair, paths, folder, threads, register_args))
+                log(format_row(results[-1]))
+        return results
+
+
+def format_row(r: ToolResult) -> str:
+    dice = ", ".join(f"{LABELS[k]} {v:.4f}" for k, v in r.dice.items())
+    if r.tool == "before":
+        return f"before (headers' alignment): Dice {dice}; mean {np.mean(list(r.dice.values())):.4f}; " \
+               f"error {r.error_mm:.2f} mm"
+    registration_s = f" (registration call {r.registration_s:.1f} s)" if r.registration_s else ""
+    return (f"{r.tool}: {r.wall_s:.1f} s{registration_s}, CPU {r.cpu_s:.1f} s, peak {r.peak_mb:.0f} MB; Dice {dice}; "
+            f"mean {np.mean(list(r.dice.values())):.4f}; error {r.error_mm:.2f} mm")
+
+
+def tool_versions() -> dict[str, str | None]:
+    """{tool: its package's version, or None when it is not installed}."""
+    import importlib.metadata
+
+    from . import __version__
+
+    packages = {"ants-syn": "antspyx", "simpleitk-bspline": "SimpleITK"}
+    versions: dict[str, str | None] = {"volsample": __version__}
+    for tool, package in packages.items():
+        try:
+            versions[tool] = importlib.metadata.version(package) if _have(
+                _TOOL_MODULES[tool]) else None
+        except importlib.metadata.PackageNotFoundError:
+            versions[tool] = None
+    return versions
+
+
+def format_table(results: Sequence[ToolResult]) -> str:
+    """One row per tool, the medians of its runs: wall time, registration call, peak
+    memory, Dice per label and their mean, error; and the speed-up of volsample's wall time
+    over each peer's registration call (its wall time where it reports none)."""
+    rows: dict[str, list[ToolResult]] = {}
+    for r in results:
+        rows.setdefault(r.tool, []).append(r)
+    ours = np.median([r.wall_s for r in rows.get("volsample", [])]) if "volsample" in rows \
+        else None
+    header = ["tool", "runs", "wall s", "registration s", "CPU s", "peak MB"] + \
+        [f"Dice {name}" for name in LABELS.values()] + ["mean Dice", "error mm", "volsample faster"]
+    lines = []
+    for tool, runs in rows.items():
+        median = lambda values: float(np.median(values))
+        dice = [median([r.dice[k] for r in runs]) for k in LABELS]
+        registration_s = [r.registration_s for r in runs if r.registration_s is not None]
+        peer_s = median(registration_s) if registration_s else median([r.wall_s for r in runs])
+        faster = "" if tool in ("before", "volsample") or ours is None else f"{peer_s / ours:.2f}x"
+        lines.append([tool, str(len(runs)) if tool != "before" else "",
+                      f"{median([r.wall_s for r in runs]):.1f}" if tool != "before" else "",
+                      f"{median(registration_s):.1f}" if registration_s else "",
+                      f"{median([r.cpu_s for r in runs]):.1f}" if tool != "before" else "",
+                      f"{median([r.peak_mb for r in runs]):.0f}" if tool != "before" else ""]
+                     + [f"{d:.4f}" for d in dice]
+                     + [f"{np.mean(dice):.4f}", f"{median([r.error_mm for r in runs]):.2f}", faster])
+    widths = [max(len(c) for c in column) for column in zip(header, *lines)]
+    line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(c) for c in lines])
+
+
+def main(scale: int, threads: int, repeats: int = 1, json_path: str | None = None,
+         tools: Sequence[str] = TOOLS) -> int:
+    """``volsample bench --register``: run, print each run as it ends and the table."""
+    installed = available_tools()
+    versions = tool_versions()
+    missing = [t for t in tools if not installed[t]]
+    chosen = [t for t in tools if installed[t]]
+    print(f"registration benchmark: MNI152 2009 template at {scale} mm (fixed) against its copy "
+          f"under a known map at {1.5 * scale:g} mm (moving); {threads} threads each, tools "
+          f"run one after another, {repeats} round(s)")
+    print("tools: " + ", ".join(f"{t} {versions[t]}" for t in chosen)
+          + "".join(f"; {t} skipped (not installed)" for t in missing))
+    try:
+        results = run(chosen, scale, threads, repeats, log=lambda row: print(row, flush=True))
+    except ImportError as error:  # no nilearn or nibabel: the pair cannot be built
+        print(f"volsample bench: error: {error}", file=sys.stderr)
+        return 2
+    print(format_table(results))
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"scale_mm": scale, "threads": threads, "versions": versions,
+                       "load_average": os.getloadavg(),
+                       "results": [dataclasses.asdict(r) for r in results]}, f, indent=2)
+    return 0
