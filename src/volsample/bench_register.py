@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -382,7 +382,7 @@ def unregistered(pair: TemplatePair) -> ToolResult:
 
 def run(tools: Sequence[str], scale: int = 1, threads: int = 2, repeats: int = 1,
         register_args: Sequence[str] = (), folder: str | None = None,
-        log=print) -> list[ToolResult]:
+        log: Callable[[str], None] = print) -> list[ToolResult]:
     """Build the pair and run every tool in ``tools`` ``repeats`` times, interleaved (tool
     after tool, round after round, so that a shared machine's drift moves all alike)."""
     with tempfile.TemporaryDirectory(prefix="volsample-register-bench-") as scratch:
