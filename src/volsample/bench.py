@@ -846,8 +846,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (shown by default when stderr is a terminal)")
     parser.add_argument("--register", action="store_true",
                         help="the registration benchmark instead: volsample register against "
-                             "ANTsPy SyN and SimpleITK B-spline on the MNI152 template under a "
-                             "known map (needs nilearn and nibabel; minutes)")
+                             "ANTsPy SyN on the MNI152 template under a known map (needs "
+                             "nilearn and nibabel; minutes)")
     parser.add_argument("--register-scale", type=int, choices=(1, 2), default=1, metavar="MM",
                         help="with --register: the fixed template's voxel size, 1 mm (default) "
                              "or 2 mm (a quick run)")

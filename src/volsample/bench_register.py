@@ -15,8 +15,7 @@ Each registration tool runs in a child process of its own (its wall time and its
 resident set are that process's), on the NIfTI files of the pair, with the same thread
 count: ``volsample register`` as a user runs it (reading and writing NIfTI included), and,
 where installed, ANTsPy's ``registration(type_of_transform="SyN")`` (its call timed alone
-as well) and SimpleITK's affine + B-spline registration (``ImageRegistrationMethod``). Each
-tool's result is read back as the moving world point psi(x) it assigns to every fixed
+as well). Each tool's result is read back as the moving world point psi(x) it assigns to every fixed
 voxel x, and scored by
 
 - Dice per label of the fixed labels against the moving labels warped (nearest);
@@ -35,15 +34,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import registration
 
-TOOLS = ("volsample", "ants-syn", "simpleitk-bspline")
-_TOOL_MODULES = {"volsample": "nibabel", "ants-syn": "ants", "simpleitk-bspline": "SimpleITK"}
+TOOLS = ("volsample", "ants-syn")
+_TOOL_MODULES = {"volsample": "nibabel", "ants-syn": "ants"}
 LABELS = {1: "grey matter", 2: "white matter"}
 _TEMPLATE = "mni_icbm152_{}_tal_nlin_sym_09a_converted.nii.gz"
 
@@ -288,62 +287,6 @@ np.save(out + "/psi.npy", index @ image.affine[:3, :3].T + image.affine[:3, 3])
 print(json.dumps({"registration_s": seconds}))
 """
 
-_SITK_CHILD = r"""
-import json, sys, time
-import numpy as np
-import nibabel as nib
-import SimpleITK as sitk
-
-paths, out, threads = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
-fixed = sitk.ReadImage(paths["fixed"], sitk.sitkFloat32)
-moving = sitk.ReadImage(paths["moving"], sitk.sitkFloat32)
-start = time.perf_counter()
-
-def method(transform, iterations, shrink, sigmas):
-    r = sitk.ImageRegistrationMethod()
-    r.SetMetricAsMattesMutualInformation(32)
-    r.SetMetricSamplingStrategy(r.RANDOM)
-    r.SetMetricSamplingPercentage(0.1, seed=1)
-    r.SetInterpolator(sitk.sitkLinear)
-    r.SetShrinkFactorsPerLevel(shrink)
-    r.SetSmoothingSigmasPerLevel(sigmas)
-    r.SmoothingSigmasAreSpecifiedInPhysicalUnitsOn()
-    r.SetInitialTransform(transform, inPlace=True)
-    return r
-
-initial = sitk.CenteredTransformInitializer(fixed, moving, sitk.AffineTransform(3),
-                                            sitk.CenteredTransformInitializerFilter.GEOMETRY)
-affine = method(initial, 100, [4, 2, 1], [2, 1, 0])
-affine.SetOptimizerAsRegularStepGradientDescent(1.0, 1e-4, 100)
-affine.SetOptimizerScalesFromPhysicalShift()
-affine.Execute(fixed, moving)
-mesh = [max(1, int(round(size * spacing / 20)))
-        for size, spacing in zip(fixed.GetSize(), fixed.GetSpacing())]
-bspline = sitk.BSplineTransformInitializer(fixed, mesh, 3)
-deformable = method(bspline, 100, [4, 2, 1], [2, 1, 0])
-deformable.SetMovingInitialTransform(initial)
-deformable.SetOptimizerAsLBFGSB(1e-5, 100, 5, 1000)
-deformable.Execute(fixed, moving)
-seconds = time.perf_counter() - start
-composite = sitk.CompositeTransform([initial, bspline])
-labels = sitk.ReadImage(paths["moving_labels"])
-warped = sitk.Resample(labels, fixed, composite, sitk.sitkNearestNeighbor, 0)
-# sitk arrays are (k, j, i): back to NIfTI's (i, j, k)
-np.save(out + "/warped_labels.npy", sitk.GetArrayFromImage(warped).T.astype(np.int16))
-field = sitk.TransformToDisplacementField(composite, sitk.sitkVectorFloat64, fixed.GetSize(),
-                                          fixed.GetOrigin(), fixed.GetSpacing(),
-                                          fixed.GetDirection())
-lps = sitk.GetArrayFromImage(field).transpose(2, 1, 0, 3)
-size = fixed.GetSize()
-points = np.stack(np.meshgrid(*(np.arange(n, dtype=np.float64) for n in size), indexing="ij"), -1)
-direction = np.array(fixed.GetDirection()).reshape(3, 3)
-lps += points * np.array(fixed.GetSpacing()) @ direction.T + np.array(fixed.GetOrigin())
-np.save(out + "/psi.npy", lps * np.array([-1.0, -1.0, 1.0]))  # ITK's LPS to NIfTI's RAS
-print(json.dumps({"registration_s": seconds}))
-"""
-
-
 @dataclasses.dataclass
 class ToolResult:
     tool: str
@@ -412,8 +355,6 @@ def run_tool(tool: str, pair: TemplatePair, paths: dict[str, str], folder: str,
                 "--no-progress", *register_args]
     elif tool == "ants-syn":
         argv = [sys.executable, "-c", _PEAK + _ANTS_CHILD, json.dumps(paths), out]
-    elif tool == "simpleitk-bspline":
-        argv = [sys.executable, "-c", _PEAK + _SITK_CHILD, json.dumps(paths), out, str(threads)]
     else:
         raise ValueError(f"tool: expected one of {TOOLS}, got {tool!r}")
     stdout, wall, cpu, peak = _measure_child(argv, env, out)
@@ -441,7 +382,7 @@ def unregistered(pair: TemplatePair) -> ToolResult:
 
 def run(tools: Sequence[str], scale: int = 1, threads: int = 2, repeats: int = 1,
         register_args: Sequence[str] = (), folder: str | None = None,
-        log=print) -> list[ToolResult]:
+        log: Callable[[str], None] = print) -> list[ToolResult]:
     """Build the pair and run every tool in ``tools`` ``repeats`` times, interleaved (tool
     after tool, round after round, so that a shared machine's drift moves all alike)."""
     with tempfile.TemporaryDirectory(prefix="volsample-register-bench-") as scratch:
@@ -474,7 +415,7 @@ def tool_versions() -> dict[str, str | None]:
 
     from . import __version__
 
-    packages = {"ants-syn": "antspyx", "simpleitk-bspline": "SimpleITK"}
+    packages = {"ants-syn": "antspyx"}
     versions: dict[str, str | None] = {"volsample": __version__}
     for tool, package in packages.items():
         try:
