@@ -12,6 +12,7 @@ Oracles: the loop over the batch (the same ops, call by call), PyTorch 2.13's ja
 """
 from __future__ import annotations
 
+import os
 import warnings
 
 import pytest
@@ -238,3 +239,33 @@ def test_calls_skip_the_dispatcher_only_where_nothing_watches_it():
     assert "volsample::grid_sampler_3d" in str(traced.graph)
     other = torch.rand(1, 2, 2, 2, 3) * 2 - 1
     torch.testing.assert_close(traced(x, other), F.grid_sample(x, other, align_corners=False))
+
+
+def _thp_eligible(address):
+    """Linux's THPeligible flag of the mapping that holds ``address`` (None: not found)."""
+    with open("/proc/self/smaps") as smaps:
+        inside = False
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                low, high = (int(v, 16) for v in head.split("-"))
+                inside = low <= address < high
+            elif inside and head == "THPeligible:":
+                return line.split()[1] == "1"
+    return None
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
+                    or "[madvise]" not in open("/sys/kernel/mm/transparent_hugepage/enabled").read(),
+                    reason="needs Linux with transparent huge pages on madvise")
+def test_large_results_are_advised_onto_huge_pages_as_numpy_does():
+    from volsample.torch import _common
+
+    small = torch.empty(1000)
+    assert _common.huge_pages(small) is small
+    plain = torch.empty(8 << 20 >> 2)  # 8 MiB, not advised
+    assert _thp_eligible(plain.data_ptr() + (4 << 20)) is False
+    x, grid = torch.randn(1, 3, 8, 8, 8), torch.zeros(1, 64, 128, 128, 3)  # 12 MiB result
+    out = vt.grid_sample(x, grid, align_corners=True)
+    assert _thp_eligible(out.data_ptr() + (4 << 20)) is True
+    torch.testing.assert_close(out, F.grid_sample(x, grid, align_corners=True))

@@ -54,7 +54,7 @@ def _gradients(call, input, grid):
     grad_input in the input's memory format, grad_grid contiguous."""
     want_input, want_grid = call.output_mask
     return (_common.empty_volume(input.shape, input) if want_input else None,
-            torch.empty_like(grid, memory_format=torch.contiguous_format) if want_grid else None)
+            _common.empty_contiguous(grid) if want_grid else None)
 
 
 def _returned(gradients, input, grid):

@@ -72,11 +72,9 @@ def _gradients(output_mask, input, theta, displacement):
     (a checked mask: none of an absent operand): grad_input in the input's memory format,
     the others contiguous."""
     want_input, want_theta, want_displacement = output_mask
-    contiguous = torch.contiguous_format
     return (_common.empty_volume(input.shape, input) if want_input else None,
-            torch.empty_like(theta, memory_format=contiguous) if want_theta else None,
-            torch.empty_like(displacement, memory_format=contiguous) if want_displacement
-            else None)
+            _common.empty_contiguous(theta) if want_theta else None,
+            _common.empty_contiguous(displacement) if want_displacement else None)
 
 
 def _returned(gradients, input):
