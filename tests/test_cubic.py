@@ -396,3 +396,24 @@ def test_unknown_modes_name_the_cubic_ones():
     grid = np.zeros((1, 1, 1, 1, 3), np.float32)
     with pytest.raises(volsample.InvalidArgumentError, match="'bicubic', 'bspline'"):
         volsample.grid_sample_3d(x, grid, "cubic")
+
+
+@pytest.mark.parametrize("direction", ["fwd", "bwd"])
+def test_bench_peers_compute_the_bspline(direction):
+    """The cubic benchmarks time the same work: SciPy's map_coordinates(order=3,
+    prefilter=False) and torch-interpol's grid_pull(interpolation=3) (if installed) equal
+    volsample's bspline on the workload's inputs (border padding, align_corners)."""
+    from volsample import bench
+
+    (workload,) = [w for w in bench.suite(shrink=16)
+                   if w.name.startswith(f"grid.{direction} bspline")]
+    impls = workload.build()
+    ours = impls["volsample"]()
+    if direction == "fwd":
+        assert_close("scipy", impls["scipy"](), ours[0, 0], 1e-5, 1e-5)
+        if "torch-interpol" in impls:
+            assert_close("torch-interpol", impls["torch-interpol"]().numpy()[0], ours[0, 0],
+                         1e-5, 1e-5)
+    elif "torch-interpol" in impls:
+        grad_input, _ = impls["torch-interpol"]()
+        assert_close("grad_input", grad_input.numpy()[0], ours[0][0, 0], 1e-5, 1e-5)
