@@ -94,8 +94,9 @@ def test_unknown_command_exits_with_usage():
 
 
 def test_standard_shapes_are_selected_by_name():
-    # oasis: 4 grid sampling, 1 upsampling, the affine warp and the registration step
-    for pattern, expected in (("oasis", 8), ("feature", 4), ("gib", 1)):
+    # oasis: 4 grid sampling, 1 upsampling, the affine warp, the registration step and
+    # 4 cubic (bicubic, bspline; forward, backward)
+    for pattern, expected in (("oasis", 12), ("feature", 4), ("gib", 1)):
         chosen = bench.select(bench.suite(), pattern=pattern)
         assert len(chosen) == expected and all(pattern in w.name for w in chosen)
     oasis = [w.name for w in bench.select(bench.suite(), pattern="oasis")]

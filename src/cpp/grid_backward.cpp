@@ -24,6 +24,7 @@
 #include "grid_common.h"
 #include "grid_corners.h"
 #include "grid_formula.h"
+#include "grid_taps.h"
 #include "grid_warp.h"
 
 namespace vs {
@@ -208,14 +209,121 @@ struct Backward {
     }
   };
 
+  // Bicubic and B-spline points [w, w + L) of a row, as PointBlock does for the corners.
+  // The scatter goes point by point (lane by lane), each point's 64 taps in (z, y, x)
+  // order, so every element receives its terms in point order, and taps that padding
+  // folds onto one voxel add in tap order.
+  template <bool SCATTER, bool GATHER>
+  struct TapBlock {
+    const Backward* k;
+    Row row;
+    int64_t w, valid;
+    bool touches;
+    TapFootprint<MODE, V> f;
+    std::optional<TapReader<MODE, V>> reader;  // of the input, for the grid gradient
+    V sum[3];                                    // coordinate terms, summed over the channels
+    alignas(64) Lane gi_row[kTaps * kTaps][L];   // grad_input offsets of row j = 4 z + y
+    alignas(64) Lane gi_column[kTaps][L];        // and of x tap k within a row
+    alignas(64) T weight[3][kTaps][L];
+    unsigned tap_lanes[3][kTaps];  // each tap's lanes that scatter (z: on the task's planes)
+
+    VS_NOINLINE void prepare(const Backward& kernel, const RowCoords<T>& r, const Row& row_,
+                             int64_t w_, Planes planes) {
+      k = &kernel;
+      row = row_;
+      w = w_;
+      valid = std::min<int64_t>(L, kernel.g.Wo - w);
+      f = TapFootprint<MODE, V>(r, w, kernel.g, kernel.a.padding, kernel.a.align_corners);
+      sum[0] = sum[1] = sum[2] = V(T(0));
+      reader.reset();
+      touches = bits_of(f.any()) != 0;
+      if (!touches) return;  // nothing to do: the grid gradient is 0, as its caller left it
+      if (GATHER) reader.emplace(f, kernel.a.input.stride);
+      if (SCATTER) {
+        using I = index_of<V>;
+        const int64_t* s = kernel.a.grad_input.stride;
+        I yo[kTaps], zo[kTaps];
+        for (int t = 0; t < kTaps; ++t) {
+          store_(gi_column[t], to_index(f.voxel[0][t]) * I(s[4]));
+          yo[t] = to_index(f.voxel[1][t]) * I(s[3]);
+          zo[t] = to_index(f.voxel[2][t]) * I(s[2]);
+        }
+        for (int z = 0; z < kTaps; ++z)
+          for (int y = 0; y < kTaps; ++y) store_(gi_row[kTaps * z + y], zo[z] + yo[y]);
+        const unsigned live = unsigned((uint64_t(1) << valid) - 1);
+        for (int axis = 0; axis < 3; ++axis)
+          for (int t = 0; t < kTaps; ++t) {
+            store_(weight[axis][t], f.weight[axis][t]);
+            tap_lanes[axis][t] = bits_of(f.reads[axis][t]) & live;
+          }
+        if (planes.clip) {  // the padded z taps are whole numbers in [0, D)
+          const V lo{T(std::clamp<int64_t>(planes.lo - row.n * kernel.g.D, -1, kernel.g.D))};
+          const V hi{T(std::clamp<int64_t>(planes.hi - row.n * kernel.g.D, -1, kernel.g.D))};
+          for (int t = 0; t < kTaps; ++t)
+            tap_lanes[2][t] &= bits_of((lo <= f.voxel[2][t]) & (f.voxel[2][t] < hi));
+        }
+      }
+    }
+
+    void prefetch(int64_t) const {}
+
+    // Channel c's share: its coordinate terms summed, its scatter terms scattered.
+    VS_NOINLINE void channel(int64_t c) {
+      if (!touches) return;
+      const GridSampleArgs& a = k->a;
+      const int64_t* gs = a.grad_output.stride;
+      const V grad_output =
+          load_lanes<V>(k->gout_row(row) + c * gs[1] + w * gs[4], gs[4], valid);
+      if (GATHER)
+        add_tap_coordinate_terms(f, *reader,
+                                 k->inp + row.n * a.input.stride[0] + c * a.input.stride[1],
+                                 grad_output, sum);
+      if (SCATTER) scatter(c, grad_output);
+    }
+
+    void scatter(int64_t c, V grad_output) const {
+      alignas(64) T go[L];
+      store_(go, grad_output);
+      const GridSampleArgs& a = k->a;
+      T* gi_c = k->gin + row.n * a.grad_input.stride[0] + c * a.grad_input.stride[1];
+      for (int64_t l = 0; l < valid; ++l) {
+        for (int z = 0; z < kTaps; ++z) {
+          if (!(tap_lanes[2][z] >> l & 1)) continue;
+          for (int y = 0; y < kTaps; ++y) {
+            if (!(tap_lanes[1][y] >> l & 1)) continue;
+            T* at = gi_c + gi_row[kTaps * z + y][l];
+            const T wyz = weight[1][y][l] * weight[2][z][l];
+            for (int x = 0; x < kTaps; ++x)
+              if (tap_lanes[0][x] >> l & 1)
+                at[gi_column[x][l]] += go[l] * (weight[0][x][l] * wyz);
+          }
+        }
+      }
+    }
+
+    // The points' grid gradients handed to the sink.
+    VS_NOINLINE void finish() const {
+      if (!GATHER || !touches) return;
+      alignas(64) T gradient[3][L];
+      for (int axis = 0; axis < 3; ++axis)
+        store_(gradient[axis], grid_gradient(f.slope[axis], sum[axis], f.finite));
+      k->sink.template store<L>(row, w, valid, gradient[0], gradient[1], gradient[2]);
+    }
+  };
+
+  // The block type of this mode.
+  template <bool SCATTER, bool GATHER>
+  using Block = std::conditional_t<is_cubic(MODE), TapBlock<SCATTER, GATHER>,
+                                   PointBlock<SCATTER, GATHER>>;
+
   // Per-thread blocks of a row. With several channels the row's blocks are prepared
   // together and then swept channel by channel, so that the reads and writes stay on a few
   // rows of one channel at a time, which the caches keep; one channel takes a block at a time.
   struct RowWork {
     RowCoords<T> coords;
-    std::vector<PointBlock<true, true>> both;
-    std::vector<PointBlock<true, false>> scatter;
-    std::vector<PointBlock<false, true>> gradient;
+    std::vector<Block<true, true>> both;
+    std::vector<Block<true, false>> scatter;
+    std::vector<Block<false, true>> gradient;
     RowWork(int64_t Wo, int64_t C) : coords(Wo) {
       const size_t blocks = C > 1 ? size_t((Wo + L - 1) / L) : 0;
       both.resize(blocks);
@@ -321,6 +429,8 @@ void by_backward_types(const GridSampleArgs& a, F&& f) {
         using S = decltype(s);
         if constexpr (!is_label<S>::value) {
           if (a.mode == NEAREST) return f(s, g, std::integral_constant<int, NEAREST>{});
+          if (a.mode == BICUBIC) return f(s, g, std::integral_constant<int, BICUBIC>{});
+          if (a.mode == BSPLINE) return f(s, g, std::integral_constant<int, BSPLINE>{});
           return f(s, g, std::integral_constant<int, BILINEAR>{});
         } else {
           unsupported("input dtype for the backward");

@@ -70,6 +70,11 @@ struct Plan {
 // planes (none, or an end one) and infinities never reach the arithmetic. Reflection folds
 // any finite point back in, so there only a non-finite point touches nothing. NaN makes an
 // empty span.
+//
+// Bicubic and B-spline points reach the taps floor(z) - 1 .. floor(z) + 2 of their
+// unpadded voxel coordinate z, each tap then padded on its own: zeros drops those outside,
+// border clamps them onto the end planes, and reflection may fold them anywhere, so there
+// a finite point is bounded by every plane.
 template <int MODE, int PADDING, class T>
 void plane_span(T low, T high, int64_t D, bool align_corners, int64_t& first, int64_t& last) {
   first = 1;
@@ -80,6 +85,22 @@ void plane_span(T low, T high, int64_t D, bool align_corners, int64_t& first, in
     high = std::min(std::max(high, T(-3)), T(3));
   }
   T slope;
+  if constexpr (MODE == BICUBIC || MODE == BSPLINE) {
+    if (PADDING == REFLECTION) {
+      first = 0;
+      last = D - 1;
+      return;
+    }
+    T f = std::floor(unnormalize(low, D, align_corners, slope)) - T(1);
+    T l = std::floor(unnormalize(high, D, align_corners, slope)) + T(2);
+    if (PADDING == BORDER) {  // taps beyond either end read the end plane
+      f = std::min(f, T(D - 1));
+      l = std::max(l, T(0));
+    }
+    first = int64_t(std::max(f, T(0)));
+    last = int64_t(std::min(l, T(D - 1)));
+    return;
+  }
   const T i_low = source_index(low, D, PADDING, align_corners, slope);
   const T i_high = source_index(high, D, PADDING, align_corners, slope);
   const T f = MODE == NEAREST ? std::nearbyint(i_low) : std::floor(i_low);

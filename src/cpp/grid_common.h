@@ -33,6 +33,15 @@
 #define VS_FLATTEN
 #endif
 
+// Never inlined, not even into a VS_FLATTEN function: for the bicubic and B-spline blocks'
+// large per-block steps (64 taps), which flattened into every caller made the backward's
+// sources take many times longer to compile, for no speed (each call does 64 taps' work).
+#if defined(__GNUC__) || defined(__clang__)
+#define VS_NOINLINE __attribute__((noinline))
+#else
+#define VS_NOINLINE
+#endif
+
 namespace vs {
 namespace VS_ISA {
 namespace grid {

@@ -22,6 +22,7 @@
 #include "grid_common.h"
 #include "grid_corners.h"
 #include "grid_formula.h"
+#include "grid_taps.h"
 #include "grid_warp.h"
 
 namespace vs {
@@ -76,7 +77,7 @@ struct Forward {
     // caches in whole aligned vectors: no line is read before it is written, and the
     // volume's lines stay cached (measured 1.1x at C = 8 and 16, 33 and 66 MB; no change
     // at 4 and 8 MB).
-    streamed = MODE != NEAREST && std::is_same_v<S, T> && os[4] == 1 &&
+    streamed = MODE == BILINEAR && std::is_same_v<S, T> && os[4] == 1 &&
                g.N * g.C * g.Do * g.Ho * g.Wo * int64_t(sizeof(S)) >= kStreamedResultBytes;
   }
 
@@ -133,18 +134,37 @@ struct Forward {
     }
   }
 
+  // Bicubic and B-spline: each block's footprint made once, then swept channel by channel.
+  VS_NOINLINE void cubic_row(const RowCoords<T>& r, const Row& row) const {
+    const S* in_n = a.input.ptr<S>() + row.n * is[0];
+    S* out_row = a.output.ptr<S>() + row.n * os[0] + row.d * os[2] + row.h * os[3];
+    for (int64_t w = 0; w < g.Wo; w += L) {
+      const TapFootprint<MODE, V> f(r, w, g, a.padding, a.align_corners);
+      const int64_t valid = std::min<int64_t>(L, g.Wo - w);
+      S* o = out_row + w * os[4];
+      if (bits_of(f.any()) == 0) {  // every point reads nothing: 0
+        for (int64_t c = 0; c < g.C; ++c) store_lanes(o + c * os[1], os[4], valid, V(T(0)));
+        continue;
+      }
+      const TapReader<MODE, V> reader(f, is);
+      for (int64_t c = 0; c < g.C; ++c)
+        store_lanes(o + c * os[1], os[4], valid, tap_sample(f, reader, in_n + c * is[1]));
+    }
+  }
+
   void run() const {
     const int64_t chunks = chunks_for(g.rows, a.threads);
 #pragma omp parallel num_threads(a.threads)
     {
       RowCoords<T> r(g.Wo);
-      std::vector<Trilinear<V>> samplers(MODE == NEAREST ? 0 : blocks);
+      std::vector<Trilinear<V>> samplers(MODE == BILINEAR ? blocks : 0);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t chunk = 0; chunk < chunks; ++chunk) {  // a chunk writes only its own rows
         for (int64_t i = chunk * g.rows / chunks; i < (chunk + 1) * g.rows / chunks; ++i) {
           const Row row(i, g);
           source.fill(row, g, r);
           if constexpr (MODE == NEAREST) nearest_row(r, row);
+          else if constexpr (is_cubic(MODE)) cubic_row(r, row);
           else trilinear_row(r, row, samplers);
         }
       }
@@ -161,8 +181,11 @@ void by_forward_types(const GridSampleArgs& a, F&& f) {
       a,
       [&](auto s, auto g) {
         if (a.mode == NEAREST) return f(s, g, std::integral_constant<int, NEAREST>{});
-        if constexpr (!is_label<decltype(s)>::value)
+        if constexpr (!is_label<decltype(s)>::value) {
+          if (a.mode == BICUBIC) return f(s, g, std::integral_constant<int, BICUBIC>{});
+          if (a.mode == BSPLINE) return f(s, g, std::integral_constant<int, BSPLINE>{});
           return f(s, g, std::integral_constant<int, BILINEAR>{});
+        }
         unsupported("mode for integer volumes (nearest only)");
       },
       true);

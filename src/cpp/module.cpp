@@ -144,6 +144,8 @@ NB_MODULE(_kernels, m) {
   nb::dict modes, paddings;
   modes["bilinear"] = int(vs::BILINEAR);
   modes["nearest"] = int(vs::NEAREST);
+  modes["bicubic"] = int(vs::BICUBIC);
+  modes["bspline"] = int(vs::BSPLINE);
   paddings["zeros"] = int(vs::ZEROS);
   paddings["border"] = int(vs::BORDER);
   paddings["reflection"] = int(vs::REFLECTION);

@@ -11,7 +11,7 @@ enum class DType : int8_t { float16, bfloat16, float32, float64, uint8, int16, i
 
 // Kernel integers of the modes, equal to the aclnn interpolationMode / paddingMode codes
 // and to volsample._tables' (Python) codes; the module exposes them as MODES and PADDINGS.
-enum Mode : int { BILINEAR = 0, NEAREST = 1 };
+enum Mode : int { BILINEAR = 0, NEAREST = 1, BICUBIC = 2, BSPLINE = 3 };
 enum Padding : int { ZEROS = 0, BORDER = 1, REFLECTION = 2 };
 
 // An n-d array (n <= 5) of any strides, negative ones too: element (i0, ..., i{n-1}) lies

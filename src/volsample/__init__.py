@@ -1,6 +1,7 @@
 """volsample: differentiable 3-D volume resampling.
 
-Grid sampling (trilinear and nearest), warps without a grid (``warp_3d``: an affine map
+Grid sampling (trilinear, nearest, bicubic and cubic B-spline, with the B-spline
+prefilter ``spline_coefficients``), warps without a grid (``warp_3d``: an affine map
 plus a displacement) and trilinear upsampling, forward and backward, and the displacement
 field tools of registration (``compose``, ``integrate_velocity``,
 ``jacobian_determinant``), for NumPy arrays; ``volsample.torch`` adds PyTorch autograd and
@@ -13,13 +14,14 @@ from .grid_sample import grid_sample_3d, grid_sample_3d_backward
 from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
 from .warp import warp_3d, warp_3d_backward
 from .fields import compose, integrate_velocity, jacobian_determinant
+from .spline import spline_coefficients
 
 __version__ = "0.1.0"
 
 __all__ = [
     "grid_sample_3d", "grid_sample_3d_backward",
     "upsample_trilinear_3d", "upsample_trilinear_3d_backward",
-    "warp_3d", "warp_3d_backward", "compose", "integrate_velocity", "jacobian_determinant",
+    "warp_3d", "warp_3d_backward", "spline_coefficients", "compose", "integrate_velocity", "jacobian_determinant",
     "set_num_threads", "get_num_threads", "set_deterministic", "get_deterministic",
     "VolsampleError", "InvalidArgumentError", "UnsupportedDTypeError", "OutputTooLargeError",
 ]

@@ -149,12 +149,23 @@ class GridSample:
         return MODES.of(self.mode).grid_gradient
 
 
+def _cubic_allowed(mode: int, cubic: bool, name: str) -> None:
+    """The cubic modes (4 taps per axis) only where the front door samples them."""
+    if MODES.of(mode).taps > 2 and not cubic:
+        raise InvalidArgumentError(
+            f"{name}: expected 'bilinear' or 'nearest' here (the cubic modes are sampled by "
+            f"grid_sample_3d and its backward so far), got {MODES.of(mode).name!r}",
+            argument=name, kind="choice", value=MODES.of(mode).name)
+
+
 @_memoised
 def grid_sample(input: Operand, grid: Operand, mode: int, padding: int, align_corners,
                 layout="NCDHW", *, shape_order=None, dialect=NUMPY,
-                labels: bool = False) -> GridSample:
+                labels: bool = False, cubic: bool = False) -> GridSample:
     """The forward's description. ``mode`` and ``padding`` are kernel integers (the front
-    door converted them); ``labels``: integer label maps are taken with nearest."""
+    door converted them); ``labels``: integer label maps are taken with nearest;
+    ``cubic``: the front door takes the cubic modes (bicubic, bspline)."""
+    _cubic_allowed(mode, cubic, "mode")
     layout, order = _order(layout, shape_order)
     align_corners = _checks.boolean("align_corners", align_corners)
     input_shape = _volume(input, order, dialect, labels and mode == NEAREST)
@@ -177,11 +188,12 @@ def grid_sample(input: Operand, grid: Operand, mode: int, padding: int, align_co
 @_memoised
 def grid_sample_backward(grad_output: Operand, input: Operand, grid: Operand, mode: int,
                          padding: int, align_corners, output_mask=(True, True),
-                         layout="NCDHW", *, shape_order=None, dialect=NUMPY) -> GridSample:
+                         layout="NCDHW", *, shape_order=None, dialect=NUMPY,
+                         cubic: bool = False) -> GridSample:
     """The backward's description: the forward's, and grad_output of the forward's output
     shape and the input's dtype."""
     call = grid_sample(input, grid, mode, padding, align_corners, layout,
-                       shape_order=shape_order, dialect=dialect)
+                       shape_order=shape_order, dialect=dialect, cubic=cubic)
     mask = _checks.output_mask(output_mask)
     order = call.layout if shape_order is None else shape_order
     _checks.volume_dtype(grad_output.name, grad_output.dtype, dialect.spell)
@@ -296,6 +308,7 @@ def warp(input: Operand, theta: Operand | None, displacement: Operand | None, si
     3) may be None; ``mode``, ``padding`` and ``units`` are kernel integers; ``labels``:
     integer label maps are taken with nearest."""
     layout, order = _order(layout, shape_order)
+    _cubic_allowed(mode, False, "mode")  # warps in the cubic modes are a later step
     align_corners = _checks.boolean("align_corners", align_corners)
     input_shape = _volume(input, order, dialect, labels and mode == NEAREST)
     _checks.nonempty_spatial(input.name, input_shape[2:])

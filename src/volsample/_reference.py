@@ -57,12 +57,91 @@ def _sample_corners(grid, shape, mode, padding_mode, align_corners):
     return table, (mx, my, mz), finite
 
 
+def _cubic_weights(t, mode):
+    """The four tap weights (taps floor(x) - 1 .. floor(x) + 2) at t = x - floor(x), and
+    their derivatives d/dt: the cubic convolution kernel with A = -0.75 (bicubic) or the
+    uniform cubic B-spline."""
+    if mode == "bicubic":
+        A = -0.75
+
+        def near(s):  # |s| <= 1
+            return (A + 2) * s**3 - (A + 3) * s**2 + 1
+
+        def far(s):  # 1 < |s| < 2
+            return A * s**3 - 5 * A * s**2 + 8 * A * s - 4 * A
+
+        def near_slope(s):
+            return 3 * (A + 2) * s**2 - 2 * (A + 3) * s
+
+        def far_slope(s):
+            return 3 * A * s**2 - 10 * A * s + 8 * A
+
+        weights = (far(t + 1), near(t), near(1 - t), far(2 - t))
+        slopes = (far_slope(t + 1), near_slope(t), -near_slope(1 - t), -far_slope(2 - t))
+        return weights, slopes
+    weights = ((1 - t) ** 3 / 6, (3 * t**3 - 6 * t**2 + 4) / 6,
+               (-3 * t**3 + 3 * t**2 + 3 * t + 1) / 6, t**3 / 6)
+    slopes = (-((1 - t) ** 2) / 2, (9 * t**2 - 12 * t) / 6, (-9 * t**2 + 6 * t + 3) / 6,
+              t**2 / 2)
+    return weights, slopes
+
+
+def _padded_tap(tap, size, padding_mode, align_corners):
+    """The voxel a whole-number tap reads, and whether it reads one (zeros: inside)."""
+    if padding_mode == "zeros":
+        inside = (tap >= 0) & (tap < size)
+        return np.where(inside, tap, 0), inside
+    if padding_mode == "border":
+        return np.clip(tap, 0, size - 1), np.ones(tap.shape, bool)
+    if size == 1:
+        return np.zeros_like(tap), np.ones(tap.shape, bool)
+    if align_corners:  # mirror about the end voxels' centres: period 2 (S - 1)
+        folded = np.mod(tap, 2 * (size - 1))
+        return np.where(folded < size, folded, 2 * (size - 1) - folded), np.ones(tap.shape, bool)
+    folded = np.mod(tap, 2 * size)  # mirror about the outer edges: period 2 S
+    return np.where(folded < size, folded, 2 * size - 1 - folded), np.ones(tap.shape, bool)
+
+
+def _sample_taps(grid, shape, mode, padding_mode, align_corners):
+    """``_sample_corners`` for bicubic and B-spline sampling: the 64 taps, each padded on
+    its own; the derivative is the unnormalising slope alone."""
+    D, H, W = shape
+    finite = np.isfinite(grid).all(axis=-1)
+    axes = []
+    multipliers = []
+    for axis, size in enumerate((W, H, D)):
+        with np.errstate(invalid="ignore", over="ignore"):
+            x, slope = _coords.unnormalize(np, grid[..., axis], size, align_corners)
+        x = np.where(finite, x, 0.0)
+        low = np.floor(x)
+        weights, slopes = _cubic_weights(x - low, mode)
+        taps = [_padded_tap(low + k - 1, size, padding_mode, align_corners) for k in range(4)]
+        axes.append([(index, inside, weights[k], slopes[k])
+                     for k, (index, inside) in enumerate(taps)])
+        multipliers.append(slope)
+    table = []
+    for zi, zin, wz, dz in axes[2]:
+        for yi, yin, wy, dy in axes[1]:
+            for xi, xin, wx, dx in axes[0]:
+                valid = finite & xin & yin & zin
+                index = (np.where(valid, v, 0).astype(np.int64) for v in (zi, yi, xi))
+                table.append((*index, wx * wy * wz, (dx * wy * wz, wx * dy * wz, wx * wy * dz),
+                              valid))
+    return table, tuple(multipliers), finite
+
+
+def _sample_table(grid, shape, mode, padding_mode, align_corners):
+    if mode in ("bicubic", "bspline"):
+        return _sample_taps(grid, shape, mode, padding_mode, align_corners)
+    return _sample_corners(grid, shape, mode, padding_mode, align_corners)
+
+
 def grid_sample_3d(input, grid, mode="bilinear", padding_mode="zeros", align_corners=False):
     """Reference forward: float64 (N, C, Do, Ho, Wo)."""
     input = np.asarray(input, np.float64)
     grid = np.asarray(grid, np.float64)
     N, C = input.shape[:2]
-    table, _, _ = _sample_corners(grid, input.shape[2:], mode, padding_mode, align_corners)
+    table, _, _ = _sample_table(grid, input.shape[2:], mode, padding_mode, align_corners)
     out = np.zeros((N, C) + grid.shape[1:4])
     batch = np.arange(N)[:, None, None, None]
     for zi, yi, xi, weight, _, valid in table:
@@ -78,8 +157,8 @@ def grid_sample_3d_backward(grad_output, input, grid, mode="bilinear", padding_m
     input = np.asarray(input, np.float64)
     grid = np.asarray(grid, np.float64)
     N, C = input.shape[:2]
-    table, multipliers, finite = _sample_corners(grid, input.shape[2:], mode, padding_mode,
-                                                 align_corners)
+    table, multipliers, finite = _sample_table(grid, input.shape[2:], mode, padding_mode,
+                                               align_corners)
     g = np.moveaxis(grad_output, 1, -1)  # (N, Do, Ho, Wo, C)
     batch = np.broadcast_to(np.arange(N)[:, None, None, None], grid.shape[:4])
     grad_input = np.zeros_like(input)

@@ -100,6 +100,8 @@ def _is_int(value) -> bool:
 MODES = Table("mode", [
     Mode("bilinear", 0, cann=0, taps=2),
     Mode("nearest", 1, cann=1, taps=1, grid_gradient=False),
+    Mode("bicubic", 2, cann=None, taps=4),
+    Mode("bspline", 3, cann=None, taps=4),
 ])
 PADDINGS = Table("padding_mode", [
     Choice("zeros", 0, cann=0),

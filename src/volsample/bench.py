@@ -19,6 +19,12 @@ the grid ``affine_grid(theta) + displacement`` ("volsample-grid") and with PyTor
 affine warp (the grid formed beforehand, untimed), and one registration step through
 ``volsample.torch`` (I(A x + u(x)), MSE, gradients for theta and u; the grid-based steps
 form the grid with ``F.affine_grid`` inside the step, as a user's code does).
+
+The cubic workloads (bicubic, bspline; forward, backward) compare with volsample's own
+trilinear sampling of the same grid ("volsample-trilinear"), SciPy's
+``map_coordinates(order=3, prefilter=False)`` (forward) and torch-interpol's
+``grid_pull(interpolation=3)`` (``pip install torch-interpol``; forward, and backward
+through autograd), which compute the same B-spline sum (tests check it).
 ``step_peak_memory`` measures such a step's peak memory in a child process.
 
 The suite covers the field's standard shapes: OASIS/IXI brain registration (160x192x224,
@@ -47,13 +53,15 @@ import volsample
 from . import _dtypes
 from ._progress import ProgressBar
 
-PEERS = ("volsample-grid", "pytorch", "scipy", "volresample", "simpleitk", "jax",
-         "volsample-numpy", "volsample-patch")
+PEERS = ("volsample-grid", "volsample-trilinear", "pytorch", "scipy", "torch-interpol",
+         "volresample", "simpleitk", "jax", "volsample-numpy", "volsample-patch")
 # volsample-grid: volsample's own grid sampler on a formed grid (the warp workloads' baseline);
+# volsample-trilinear: volsample's trilinear sampling of the same grid (the cubic workloads');
 # volsample-numpy, volsample-patch: the NumPy API and F.grid_sample under
 # volsample.torch.patch(), beside volsample.torch (the small-size family)
-_PEER_MODULES = {"volsample-grid": "volsample", "volsample-numpy": "volsample",
-                 "volsample-patch": "torch", "pytorch": "torch", "scipy": "scipy",
+_PEER_MODULES = {"volsample-grid": "volsample", "volsample-trilinear": "volsample",
+                 "volsample-numpy": "volsample", "volsample-patch": "torch",
+                 "pytorch": "torch", "scipy": "scipy", "torch-interpol": "interpol",
                  "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "jax"}
 
 
@@ -239,6 +247,61 @@ def _grid_workload(name, N, C, in_spatial, grid_maker, out_spatial, direction, d
                 sample = jax.jit(jax.vmap(lambda vol: jndimage.map_coordinates(
                     vol, jcoords, order=1, mode="constant")))
                 impls["jax"] = lambda: sample(jx).block_until_ready()
+        return impls
+
+    return Workload(name, build, nbytes, quick)
+
+
+def _cubic_workload(name, mode, spatial, direction, quick=False):
+    """Bicubic or B-spline sampling of an N1 C1 float32 volume on a smooth grid (border
+    padding, align_corners): against volsample's trilinear on the same grid, SciPy's
+    ``map_coordinates(order=3, prefilter=False)`` (forward; the same B-spline sum) and
+    torch-interpol's ``grid_pull(interpolation=3)`` (the B-spline; forward and, through
+    autograd, backward)."""
+    volume_bytes = int(np.prod(spatial)) * 4
+    nbytes = 3 * volume_bytes + 12 * int(np.prod(spatial))
+
+    def build():
+        grid = smooth_grid(1, *spatial)
+        x = _volume((1, 1) + spatial, np.float32)
+        g = _volume((1, 1) + spatial, np.float32, seed=3)
+        args = ("border", True)
+        if direction == "forward":
+            impls = {"volsample": lambda: volsample.grid_sample_3d(x, grid, mode, *args),
+                     "volsample-trilinear": lambda: volsample.grid_sample_3d(x, grid,
+                                                                             "bilinear", *args)}
+        else:
+            impls = {"volsample": lambda: volsample.grid_sample_3d_backward(g, x, grid, mode,
+                                                                            *args),
+                     "volsample-trilinear": lambda: volsample.grid_sample_3d_backward(
+                         g, x, grid, "bilinear", *args)}
+        voxel = np.stack([(grid[0, ..., k] + 1) / 2 * (size - 1)
+                          for k, size in ((2, spatial[0]), (1, spatial[1]), (0, spatial[2]))])
+        if direction == "forward" and _have("scipy"):
+            from scipy import ndimage
+
+            impls["scipy"] = lambda: ndimage.map_coordinates(x[0, 0], voxel, order=3,
+                                                             prefilter=False, mode="nearest")
+        if _have("interpol") and _have("torch"):
+            import interpol
+            import torch
+
+            tx = torch.from_numpy(x[0])  # (C, D, H, W): channels first, no batch
+            coords = torch.from_numpy(np.moveaxis(voxel, 0, -1).astype(np.float32))
+            if direction == "forward":
+                impls["torch-interpol"] = lambda: interpol.grid_pull(
+                    tx, coords, interpolation=3, bound="replicate", extrapolate=True,
+                    prefilter=False)
+            else:
+                tg = torch.from_numpy(g[0])
+
+                def pull_backward():
+                    tx_ = tx.clone().requires_grad_()
+                    coords_ = coords.clone().requires_grad_()
+                    interpol.grid_pull(tx_, coords_, interpolation=3, bound="replicate",
+                                       extrapolate=True, prefilter=False).backward(tg)
+                    return tx_.grad, coords_.grad
+                impls["torch-interpol"] = pull_backward
         return impls
 
     return Workload(name, build, nbytes, quick)
@@ -525,6 +588,11 @@ def suite(shrink: int = 1) -> list[Workload]:
             _upsample_workload(f"up.{short} feature N2 C16 40x48x56 x2", 2, 16, s(40, 48, 56), 2,
                                direction),
         ]
+    # Cubic sampling (bicubic, B-spline) of an OASIS image.
+    for direction, short in (("forward", "fwd"), ("backward", "bwd")):
+        for mode in ("bicubic", "bspline"):
+            w.append(_cubic_workload(f"grid.{short} {mode} oasis N1 C1 160x192x224", mode, oasis,
+                                     direction))
     w.append(_grid_workload("grid.fwd gib N1 C1 512x512x1024 -> 256x256x512", 1, 1,
                             s(512, 512, 1024), smooth, s(256, 256, 512), "forward"))
     # Small calls, where the door's fixed cost shows: volumes of 8^3 to 32^3 sampled at as

@@ -86,10 +86,11 @@ def warp(volume: da.Array | np.ndarray, displacement: da.Array | np.ndarray,
     The field is read twice: once, now, for the range of each chunk's sample coordinates
     (which decides the halos and so the task graph), and again when the result is computed;
     persist an expensive field first. A chunk reads the voxels from the floor of its
-    smallest coordinate to one past the floor of its largest, per axis, plus one voxel of
-    margin for rounding, clipped to the volume: zeros padding reads nothing outside, border
-    padding clamps into range, and reflection padding reads the whole axis when the range
-    leaves the volume (a reflected point may land anywhere on it).
+    smallest coordinate to one past the floor of its largest (the cubic modes: one more
+    voxel each way), per axis, plus one voxel of margin for rounding, clipped to the
+    volume: zeros padding reads nothing outside, border padding clamps into range, and
+    reflection padding reads the whole axis when the range leaves the volume (a reflected
+    point may land anywhere on it).
     """
     mode, padding = MODES.code(mode), PADDINGS.code(padding_mode)
     volume = da.asarray(volume)
@@ -106,7 +107,7 @@ def warp(volume: da.Array | np.ndarray, displacement: da.Array | np.ndarray,
     # The call every chunk makes, checked once: the chunks' grids are in the compute dtype.
     call = _calls.grid_sample(_calls.operand("volume", volume),
                               _calls.Operand("displacement", field.shape, dtype), mode, padding,
-                              align_corners)
+                              align_corners, cubic=True)
     out_shape, in_shape = tuple(field.shape[1:4]), tuple(volume.shape[2:])
     if chunks is None:
         chunks = field.chunks[1:4] if isinstance(field, da.Array) else volume.chunksize[2:]
@@ -127,7 +128,7 @@ def warp(volume: da.Array | np.ndarray, displacement: da.Array | np.ndarray,
         origin = tuple(int(spatial_edges[a][i]) for a, i in enumerate((z, y, x)))
         size = tuple(int(spatial_edges[a][i + 1]) - o
                      for a, (i, o) in enumerate(zip((z, y, x), origin)))
-        halo = _halo(ranges[b, z, y, x], padding, in_shape)
+        halo = _halo(ranges[b, z, y, x], padding, in_shape, MODES.of(mode).taps)
         batch, channels = slice(n_edges[b], n_edges[b + 1]), slice(c_edges[c], c_edges[c + 1])
         task = dask.delayed(_warp_block)(
             volume[(batch, channels) + halo], field.blocks[b, z, y, x, 0], origin, halo,
@@ -191,8 +192,12 @@ def _nan_extreme(values, reduce, empty):
     return out
 
 
-def _halo(extremes, padding, in_shape):
-    """Slices (D, H, W) of the voxels a block reads, from its coordinate ``extremes``."""
+def _halo(extremes, padding, in_shape, taps=2):
+    """Slices (D, H, W) of the voxels a block reads, from its coordinate ``extremes``: a
+    point reads floor(x) - (taps // 2 - 1) .. floor(x) + taps // 2 per axis (bilinear's 2
+    taps from floor(x), the cubic modes' 4 from floor(x) - 1), widened by one voxel each
+    way for rounding."""
+    reach = max(taps // 2 - 1, 0)  # taps below floor(x)
     halo = []
     for axis, size in enumerate(in_shape):  # D, H, W: channels z, y, x
         low, high = extremes[2 - axis], extremes[5 - axis]
@@ -201,7 +206,8 @@ def _halo(extremes, padding, in_shape):
             continue
         if padding == BORDER:  # points outside read the clamped coordinate
             low, high = min(max(low, 0.0), size - 1.0), min(max(high, 0.0), size - 1.0)
-        first, last = math.floor(max(low, -2.0)) - 1, math.floor(min(high, size + 1.0)) + 2
+        first = math.floor(max(low, -2.0 - reach)) - 1 - reach
+        last = math.floor(min(high, size + 1.0 + reach)) + 2 + reach
         if padding == REFLECTION and (first < 0 or last > size - 1):
             first, last = 0, size - 1
         first, last = max(first, 0), min(last, size - 1)

@@ -19,7 +19,7 @@ from ._tables import MODES, PADDINGS
 def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
                    padding_mode: str = "zeros", align_corners: bool = False, *,
                    layout: str = "NCDHW") -> np.ndarray:
-    """Sample a volume at the points of a grid (trilinear or nearest).
+    """Sample a volume at the points of a grid (trilinear, nearest, bicubic or cubic B-spline).
 
     Parameters
     ----------
@@ -30,9 +30,14 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     grid : ndarray, shape (N, Do, Ho, Wo, 3)
         Normalised sample coordinates (x, y, z) in [-1, 1]; x indexes W, y H and z D.
         Same dtype as ``input``, or float32/float64 beside a 16-bit or integer ``input``.
-    mode : {"bilinear", "nearest"}
-        "bilinear" is trilinear interpolation of the 8 neighbours; "nearest" rounds half to even.
-        "trilinear" is accepted as another name of "bilinear" (PyTorch's name on volumes).
+    mode : {"bilinear", "nearest", "bicubic", "bspline"}
+        "bilinear" is trilinear interpolation of the 8 neighbours; "nearest" rounds half to
+        even; "bicubic" is PyTorch's bicubic (cubic convolution, A = -0.75) carried to 3-D,
+        over the 4x4x4 neighbours; "bspline" weighs the same 64 neighbours with the cubic
+        B-spline, taking ``input`` as spline coefficients (``spline_coefficients`` makes
+        them from a volume, so that the samples interpolate it). In the two cubic modes the
+        padding applies to each neighbour on its own. "trilinear" is accepted as another
+        name of "bilinear" (PyTorch's name on volumes).
     padding_mode : {"zeros", "border", "reflection"}
         What points outside the volume read.
     align_corners : bool
@@ -60,7 +65,7 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
     input, grid = _checks.ndarray("input", input), _checks.ndarray("grid", grid)
     call = _calls.grid_sample(_calls.operand("input", input), _calls.operand("grid", grid), mode,
-                              padding_mode, align_corners, layout, labels=True)
+                              padding_mode, align_corners, layout, labels=True, cubic=True)
     out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
     _backend.forward(call, _layout.logical(input, call.layout), grid, out)
     return _layout.physical(out, call.layout)
@@ -100,7 +105,8 @@ def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np
                                 (("grad_output", grad_output), ("input", input), ("grid", grid)))
     call = _calls.grid_sample_backward(
         _calls.operand("grad_output", grad_output), _calls.operand("input", input),
-        _calls.operand("grid", grid), mode, padding_mode, align_corners, output_mask, layout)
+        _calls.operand("grid", grid), mode, padding_mode, align_corners, output_mask, layout,
+        cubic=True)
     want_input, want_grid = call.output_mask
     grad_input = (_layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
                   if want_input else None)
