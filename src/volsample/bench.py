@@ -508,7 +508,7 @@ def time_rounds(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds
     Repeats are adaptive, per callable: at least ``min_repeats`` and ``min_seconds`` of
     its own time, but a slow call (the big shapes: seconds each) stops after
     ``max_seconds`` of repeats, at least one. A call faster than ``min_sample_seconds``
-    (timed once after the first) is repeated in each round as many times as take that
+    (timed three times after the first) is repeated in each round as many times as take that
     long, the sample its mean: a timer's resolution and one-off stalls then weigh less."""
     first, times, spent = {}, {name: [] for name in fns}, dict.fromkeys(fns, 0.0)
     batch = dict.fromkeys(fns, 1)
@@ -516,11 +516,14 @@ def time_rounds(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds
         start = time.perf_counter()
         fn()
         first[name] = time.perf_counter() - start
-        if min_sample_seconds:
-            start = time.perf_counter()
-            fn()
-            warm = max(time.perf_counter() - start, 1e-7)
-            batch[name] = max(1, min(10_000, math.ceil(min_sample_seconds / warm)))
+        if min_sample_seconds:  # sized by the slowest of three warm calls: never too long
+            warm = []
+            for _ in range(3):
+                start = time.perf_counter()
+                fn()
+                warm.append(time.perf_counter() - start)
+            slowest = max(max(warm), 1e-7)
+            batch[name] = max(1, min(10_000, math.ceil(min_sample_seconds / slowest)))
 
     def wanted(name):
         n = len(times[name])
