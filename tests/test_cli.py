@@ -43,7 +43,9 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
     for r in rows:
         assert set(r) == {"workload", "implementation", "median_s", "first_call_s", "repeats",
                           "bandwidth_fraction", "ratio", "ratio_iqr"}
-        assert r["median_s"] > 0 and r["repeats"] >= bench.QUICK_LIMITS["min_repeats"]
+        assert r["median_s"] > 0
+        if r["implementation"] in ("volsample", "pytorch"):  # a peer's erratic call may
+            assert r["repeats"] >= bench.QUICK_LIMITS["min_repeats"]  # reach max_seconds
         assert (r["ratio"] is None) == (r["implementation"] == "volsample")
         assert (r["ratio_iqr"] is None) == (r["implementation"] == "volsample")
         if r["ratio_iqr"]:
@@ -211,8 +213,8 @@ def test_time_rounds_batches_fast_calls_into_samples():
     timed = bench.time_rounds({"a": lambda: calls.append(1)}, min_repeats=3, min_seconds=0.0,
                               max_repeats=3, min_sample_seconds=1e-3)
     first, times = timed["a"]
-    batch = (len(calls) - 2) // 3  # the first call, the calibrating one, three rounds
-    assert len(times) == 3 and batch > 1 and len(calls) == 2 + 3 * batch
+    batch = (len(calls) - 4) // 3  # the first call, three calibrating ones, three rounds
+    assert len(times) == 3 and batch > 1 and len(calls) == 4 + 3 * batch
     # without a sample length each round calls once
     calls.clear()
     bench.time_rounds({"a": lambda: calls.append(1)}, min_repeats=3, min_seconds=0.0,

@@ -3,7 +3,8 @@
 One harness serves ``volsample bench`` and the scripts under ``benchmarks/``. A workload
 builds its inputs once and returns one callable per implementation; the harness times each
 the same way (warm-up excluded, median of repeats, the same thread count for all), reports
-the ratio peer time / volsample time (above 1: volsample is faster), the first call's time
+the ratio peer time / volsample time (above 1: volsample is faster; the median and the
+interquartile range over rounds that time every implementation back to back), the first call's time
 on its own line (a cold call: caches, page faults, thread start-up), and the effective memory bandwidth
 as a fraction of this machine's measured copy bandwidth.
 
@@ -83,7 +84,7 @@ class Result:
     first_call_s: float
     repeats: int
     bandwidth_fraction: float
-    ratio: float | None = None  # this peer's median / volsample's median
+    ratio: float | None = None  # the median over the rounds of this peer's time / volsample's
     # The interquartile range of the ratio over the rounds (each round times volsample and
     # this peer once, back to back): how far a ratio can be trusted on this machine.
     ratio_iqr: tuple[float, float] | None = None
@@ -638,7 +639,7 @@ def time_rounds(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds
     Repeats are adaptive, per callable: at least ``min_repeats`` and ``min_seconds`` of
     its own time, but a slow call (the big shapes: seconds each) stops after
     ``max_seconds`` of repeats, at least one. A call faster than ``min_sample_seconds``
-    (timed once after the first) is repeated in each round as many times as take that
+    (timed three times after the first) is repeated in each round as many times as take that
     long, the sample its mean: a timer's resolution and one-off stalls then weigh less."""
     first, times, spent = {}, {name: [] for name in fns}, dict.fromkeys(fns, 0.0)
     batch = dict.fromkeys(fns, 1)
@@ -646,11 +647,14 @@ def time_rounds(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds
         start = time.perf_counter()
         fn()
         first[name] = time.perf_counter() - start
-        if min_sample_seconds:
-            start = time.perf_counter()
-            fn()
-            warm = max(time.perf_counter() - start, 1e-7)
-            batch[name] = max(1, min(10_000, math.ceil(min_sample_seconds / warm)))
+        if min_sample_seconds:  # sized by the slowest of three warm calls: never too long
+            warm = []
+            for _ in range(3):
+                start = time.perf_counter()
+                fn()
+                warm.append(time.perf_counter() - start)
+            slowest = max(max(warm), 1e-7)
+            batch[name] = max(1, min(10_000, math.ceil(min_sample_seconds / slowest)))
 
     def wanted(name):
         n = len(times[name])
@@ -710,11 +714,12 @@ def run(workloads, threads=None, peers=PEERS, progress=True, limits=None):
             result = Result(workload.name, name, median, first, len(times),
                             workload.nbytes / median / bandwidth)
             if name != "volsample" and ours is not None:
-                result.ratio = median / float(np.median(ours[1]))
-                rounds = min(len(times), len(ours[1]))  # the rounds both ran
+                # paired by round (timed back to back), over the rounds both ran: a
+                # machine that slows down mid-run moves both sides of each ratio alike
+                rounds = min(len(times), len(ours[1]))
                 ratios = np.divide(times[:rounds], ours[1][:rounds])
-                low, high = np.percentile(ratios, [25, 75])
-                result.ratio_iqr = (float(low), float(high))
+                low, result.ratio, high = (float(q) for q in np.percentile(ratios, [25, 50, 75]))
+                result.ratio_iqr = (low, high)
             results.append(result)
         bar.step(workload.name)
     bar.close()
@@ -874,24 +879,31 @@ def plot(results):
     matplotlib figure."""
     import matplotlib.pyplot as plt
 
-    rated = [r for r in results if r.ratio is not None]
-    workloads = list(dict.fromkeys(r.workload for r in rated))
-    peers = list(dict.fromkeys(r.implementation for r in rated))
-    fig, ax = plt.subplots(figsize=(10, 0.15 * len(workloads) * max(1, len(peers)) + 1.5))
-    height = 0.8 / max(1, len(peers))
+    rated = {(r.workload, r.implementation): r for r in results if r.ratio is not None}
+    workloads = list(dict.fromkeys(w for w, _ in rated))
+    peers = [p for p in PEERS if any(peer == p for _, peer in rated)]
+    # one bar per (workload, peer) measured, a workload's bars together, its name at their
+    # middle
+    y, positions, ticks = 0.0, {}, []
+    for w in workloads:
+        present = [p for p in peers if (w, p) in rated]
+        positions.update({(w, p): y + k for k, p in enumerate(present)})
+        ticks.append(y + (len(present) - 1) / 2)
+        y += len(present) + 0.8
+    fig, ax = plt.subplots(figsize=(10, 0.17 * y + 1.5))
     for k, peer in enumerate(peers):
-        row = {r.workload: r for r in rated if r.implementation == peer}
-        ys = [i + k * height for i, w in enumerate(workloads) if w in row]
-        ratios = [row[w].ratio for w in workloads if w in row]
-        iqr = np.array([row[w].ratio_iqr or (row[w].ratio,) * 2 for w in workloads if w in row])
+        keys = [key for key in positions if key[1] == peer]
+        ratios = np.array([rated[key].ratio for key in keys])
+        iqr = np.array([rated[key].ratio_iqr or (rated[key].ratio,) * 2 for key in keys])
         # bars from 1 (as fast as the peer): right of it volsample is faster, left slower;
         # the whiskers span the interquartile range over the rounds
-        ax.barh(ys, np.array(ratios) - 1, height, left=1, label=f"vs {peer}",
-                xerr=np.abs(np.stack([ratios - iqr[:, 0], iqr[:, 1] - ratios])), ecolor="grey")
+        ax.barh([positions[key] for key in keys], ratios - 1, 0.85, left=1,
+                color=f"C{k}", label=f"vs {peer}", xerr=np.abs(np.stack(
+                    [ratios - iqr[:, 0], iqr[:, 1] - ratios])), ecolor="grey")
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")  # ratios from below 1 to hundreds: every bar readable
-    ax.set_yticks([i + 0.4 - height / 2 for i in range(len(workloads))], workloads, fontsize=8)
-    ax.invert_yaxis()
+    ax.set_yticks(ticks, workloads, fontsize=8)
+    ax.set_ylim(y - 0.4, -0.6)  # the first workload on top
     ax.set_xlabel("speed-up of volsample (peer time / volsample time)")
     ax.legend()
     fig.tight_layout()
@@ -944,10 +956,10 @@ def run_bench(args: argparse.Namespace) -> int:
     started, load = datetime.datetime.now(datetime.timezone.utc), _load_average()
     results = run(workloads, threads, progress=not args.no_progress and sys.stderr.isatty(),
                   limits=QUICK_LIMITS if args.quick else LIMITS)
-    print(f"volsample {volsample.__version__}, {threads} threads, {cpu_model()}; ratios are "
-          f"peer time / volsample time (above 1: volsample is faster), medians of repeats, "
-          f"warm-up excluded; in brackets the interquartile range of the ratio over the "
-          f"rounds (each round times all implementations back to back)")
+    print(f"volsample {volsample.__version__}, {threads} threads, {cpu_model()}; times are "
+          f"medians of repeats, warm-up excluded; ratios are peer time / volsample time "
+          f"(above 1: volsample is faster), each round timing all implementations back to "
+          f"back: the median over the rounds, in brackets the interquartile range")
     if args.quick:
         print("--quick: tiny volumes, whose time is mostly each call's fixed cost (argument "
               "checks, dispatch, thread start-up), not the kernels': the full suite measures "
