@@ -521,6 +521,10 @@ def markdown(results: list[Result], strength: int, count: int) -> str:
             f"{max(r.local for r in ok)} | "
             f"{sum(r.atomics for r in ok if r.spec.reproducible)} | "
             f"{max(r.calls for r in ok)} | {_short(heaviest.spec.constants())} |")
+    problems = [f"- sm_{r.arch} `{r.spec.name}` ({_short(r.spec.constants())}): {p}"
+                for r in results for p in r.problems()]
+    if problems:
+        lines += ["", f"## Open problems ({len(problems)})", "", *problems]
     lines.append("")
     return "\n".join(lines)
 
