@@ -433,13 +433,14 @@ def compile_one(spec: Specialization, arch: int) -> Result:
     return result
 
 
+_WARP_COLLECTIVES = ("SHFL", "WARPSYNC", "REDUX", "VOTE")
 _SASS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
 
 def _subroutine_calls(sass: str) -> int:
     """Calls (SASS ``CALL``) of subroutines that compute: 64-bit integer division and
     remainder, the slow paths of division and fmod. Calls of the warp-shuffle helpers that
-    reductions take on a divergent path (``WARPSYNC``, ``SHFL``) do not count, nor do
+    reductions take on a divergent path (``WARPSYNC``, ``SHFL``, ``REDUX``) do not count, nor do
     ``CALL``s that ptxas uses as a jump out of a loop (their target is no subroutine)."""
     code = [(int(a, 16), text) for a, text in _SASS.findall(sass)]
     where = {a: i for i, (a, _) in enumerate(code)}
@@ -453,8 +454,8 @@ def _subroutine_calls(sass: str) -> int:
             body.append(instruction)
             if instruction.startswith(("RET", "EXIT")):
                 break
-        if body[-1].startswith("RET") and not any("SHFL" in i or "WARPSYNC" in i
-                                                  for i in body):
+        if body[-1].startswith("RET") and not any(op in i for i in body
+                                                  for op in _WARP_COLLECTIVES):
             calls += 1
     return calls
 
