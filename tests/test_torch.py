@@ -25,7 +25,7 @@ from helpers import assert_close  # noqa: E402
 
 import volsample  # noqa: E402
 import volsample.torch as vt  # noqa: E402
-from volsample import InvalidArgumentError, UnsupportedDTypeError  # noqa: E402
+from volsample import InvalidArgumentError, UnsupportedDTypeError, _calls  # noqa: E402
 from volsample._cpu import grid_sample as cpu_grid_sample  # noqa: E402
 from volsample._cpu import upsample as cpu_upsample  # noqa: E402
 from volsample.torch import _common, _grid_sample, _upsample  # noqa: E402
@@ -432,9 +432,13 @@ def test_cuda_grid_sampler_calls_the_triton_launchers(monkeypatch, deterministic
     gi, gg = _grid_sample._grid_sampler_3d_backward_cuda(go, x, grid, 0, 1, False, [True, False])
     assert gi is grad_input and gg.numel() == 0  # a gradient not asked for: empty
     (f_name, f_args), (b_name, b_args) = calls
-    assert f_name == "forward" and f_args[:2] == (x, grid) and f_args[2:] == (1, 2, True)
-    assert b_name == "backward" and b_args[0] is go and b_args[3:] == (0, 1, False, (True, False),
-                                                                      deterministic)
+    assert f_name == "forward" and f_args[1:] == (x, grid)
+    assert (f_args[0].mode, f_args[0].padding, f_args[0].align_corners) == (1, 2, True)
+    assert b_name == "backward" and b_args[1] is go and b_args[2:] == (x, grid, deterministic)
+    call = b_args[0]
+    assert isinstance(f_args[0], _calls.GridSample) and isinstance(call, _calls.GridSample)
+    assert (call.mode, call.padding, call.align_corners, call.output_mask) == (0, 1, False,
+                                                                            (True, False))
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -447,10 +451,15 @@ def test_cuda_upsample_calls_the_triton_launchers(monkeypatch, deterministic):
     assert _upsample._upsample_trilinear3d_backward_cuda(go, [1, 2, 3, 4, 5], False,
                                                          None) is grad_input
     (f_name, f_args), (b_name, b_args) = calls
-    assert f_name == "forward" and f_args[0] is x
-    assert f_args[1:] == ((6, 8, 10), True, (2.0, 2.0, 2.0))
-    assert b_name == "backward" and b_args[0] is go
-    assert b_args[1:] == ((1, 2, 3, 4, 5), False, (None, None, None), deterministic)
+    assert f_name == "forward" and f_args[1] is x
+    call = f_args[0]
+    assert isinstance(call, _calls.Upsample) and isinstance(b_args[0], _calls.Upsample)
+    assert (call.output_shape, call.align_corners, call.scales) == ((1, 2, 6, 8, 10), True,
+                                                                    (2.0, 2.0, 2.0))
+    assert b_name == "backward" and b_args[1] is go and b_args[2] == deterministic
+    call = b_args[0]
+    assert (call.input_shape, call.align_corners, call.scales) == ((1, 2, 3, 4, 5), False,
+                                                                   (None, None, None))
 
 
 @pytest.mark.parametrize("family,call", [

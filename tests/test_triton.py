@@ -5,30 +5,29 @@ for what PyTorch does differently (non-finite and huge grid coordinates), the fl
 NumPy reference. Shapes are small and odd on purpose: the interpreter runs every program
 in Python, and odd sizes leave partial blocks everywhere.
 
-One test compiles the kernels for a Hopper GPU (no GPU needed) to catch what the
-interpreter lets through, and to check that the deterministic kernels have no atomics.
+The kernels compiled for GPUs (no GPU needed): tests/test_triton_aot.py.
 """
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are decorated, at import
 
 import itertools  # noqa: E402
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import textwrap  # noqa: E402
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 import torch.nn.functional as F  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 import volsample._triton as vt  # noqa: E402
-from volsample import _reference  # noqa: E402
+from volsample import _calls, _coords, _reference  # noqa: E402
 from volsample._triton import grid_sample as tgs  # noqa: E402
 from volsample._triton import upsample as tup  # noqa: E402
+from volsample.torch import _common  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, on NaN lanes
 
@@ -40,6 +39,38 @@ PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
 # a whole ulp for bfloat16, which Triton's interpreter truncates (the GPU rounds).
 TOLERANCE = {torch.float16: (2.0**-11 + 1e-4, 1e-4), torch.bfloat16: (2.0**-7 + 1e-4, 1e-4),
              torch.float32: (1e-5, 1e-5), torch.float64: (1e-12, 1e-12)}
+
+
+def grid_forward(volume, grid, mode, padding, align):
+    """The grid-sampling launcher on the checked description of these operands."""
+    call = _calls.grid_sample(_common.operand("input", volume), _common.operand("grid", grid),
+                              mode, padding, align, _common.layout(volume), shape_order="NCDHW")
+    return tgs.forward(call, volume, grid)
+
+
+def grid_backward(grad, volume, grid, mode, padding, align, output_mask, deterministic):
+    call = _calls.grid_sample_backward(
+        _common.operand("grad_output", grad), _common.operand("input", volume),
+        _common.operand("grid", grid), mode, padding, align, output_mask,
+        _common.layout(volume), shape_order="NCDHW")
+    return tgs.backward(call, grad, volume, grid, deterministic)
+
+
+def upsample_call(input_shape, output_size, align, scales, like):
+    """An upsampling description made directly: the launchers must take inconsistent
+    scales too (a backward's are not checked against the sizes)."""
+    return _calls.Upsample(tuple(input_shape), tuple(input_shape[:2]) + tuple(output_size),
+                           _common.numpy_dtype(like.dtype), align,
+                           tuple(scales or (None, None, None)), _common.layout(like))
+
+
+def upsample_forward(volume, output_size, align, scales):
+    return tup.forward(upsample_call(volume.shape, output_size, align, scales, volume), volume)
+
+
+def upsample_backward(grad, input_size, align, scales, deterministic):
+    call = upsample_call(input_size, grad.shape[2:], align, scales, grad)
+    return tup.backward(call, grad, deterministic)
 
 
 def assert_close(name, actual, expected, dtype):
@@ -102,13 +133,13 @@ def check_grid_sample(volume, grid, grad, mode, padding, align, dtype, kind="ncd
     if kind == "strided":
         grid = strided_grid(grid)
     m, p = MODES[mode], PADDINGS[padding]
-    out = tgs.forward(volume, grid, m, p, align)
+    out = grid_forward(volume, grid, m, p, align)
     assert out.dtype == volume.dtype and out.shape == out_ref.shape
     assert out.is_contiguous(memory_format=vt.memory_format(volume))
     assert_close("output", out, out_ref, volume.dtype)
     results = {}
     for deterministic in (False, True):
-        gi, gg = tgs.backward(grad, volume, grid, m, p, align, (True, True), deterministic)
+        gi, gg = grid_backward(grad, volume, grid, m, p, align, (True, True), deterministic)
         assert gi.dtype == volume.dtype and gg.dtype == grid.dtype
         assert gi.is_contiguous(memory_format=vt.memory_format(volume))
         assert_close(f"grad_input (deterministic={deterministic})", gi, gi_ref, volume.dtype)
@@ -176,11 +207,11 @@ def test_grid_sample_nearest_rounds_half_to_even():
     volume = torch.arange(5, dtype=torch.float32).reshape(1, 1, 1, 1, 5)
     xs = torch.tensor([-0.75, -0.25, 0.25, 0.75])
     grid = torch.stack([xs, torch.zeros(4), torch.zeros(4)], -1).reshape(1, 1, 1, 4, 3)
-    out = tgs.forward(volume, grid, 1, 0, True)
+    out = grid_forward(volume, grid, 1, 0, True)
     assert out.flatten().tolist() == [0.0, 2.0, 2.0, 4.0]
     grad = torch.ones(1, 1, 1, 1, 4)
     for deterministic in (False, True):
-        gi, gg = tgs.backward(grad, volume, grid, 1, 0, True, (True, True), deterministic)
+        gi, gg = grid_backward(grad, volume, grid, 1, 0, True, (True, True), deterministic)
         assert gi.flatten().tolist() == [1.0, 0.0, 2.0, 0.0, 1.0]
         assert not gg.any()
 
@@ -194,10 +225,10 @@ def test_grid_sample_linear_function_is_exact():
     volume = (1.0 * x + 2.0 * y + 3.0 * z)[None, None]
     gen = torch.Generator().manual_seed(1)
     grid = torch.rand(1, 2, 3, 4, 3, dtype=torch.float64, generator=gen) * 1.8 - 0.9  # inside
-    out = tgs.forward(volume, grid, 0, 0, True)
+    out = grid_forward(volume, grid, 0, 0, True)
     ix, iy, iz = ((grid[..., k] + 1) / 2 * (s - 1) for k, s in enumerate((W, H, D)))
     torch.testing.assert_close(out[:, 0], ix + 2 * iy + 3 * iz, rtol=0, atol=1e-12)
-    _, gg = tgs.backward(torch.ones_like(out), volume, grid, 0, 0, True, (False, True), True)
+    _, gg = grid_backward(torch.ones_like(out), volume, grid, 0, 0, True, (False, True), True)
     slope = torch.tensor([1.0 * (W - 1) / 2, 2.0 * (H - 1) / 2, 3.0 * (D - 1) / 2],
                          dtype=torch.float64)
     torch.testing.assert_close(gg, slope.expand_as(gg), rtol=0, atol=1e-12)
@@ -218,10 +249,10 @@ def test_grid_sample_non_finite_points_contribute_nothing(mode, padding):
                                                 grad_ref, mode, padding, False)
     out_ref = out_ref.masked_fill(bad[:, None], 0)
     m, p = MODES[mode], PADDINGS[padding]
-    out = tgs.forward(volume, grid, m, p, False)
+    out = grid_forward(volume, grid, m, p, False)
     assert_close("output", out, out_ref, torch.float32)
     for deterministic in (False, True):
-        gi, gg = tgs.backward(grad, volume, grid, m, p, False, (True, True), deterministic)
+        gi, gg = grid_backward(grad, volume, grid, m, p, False, (True, True), deterministic)
         assert_close("grad_input", gi, gi_ref, torch.float32)
         assert_close("grad_grid", gg, gg_ref, torch.float32)
         assert not gg[bad].any()
@@ -237,10 +268,10 @@ def test_grid_sample_huge_coordinates_follow_the_reference(padding):
                                       [2.5e15, 0.1, -1e25], [-0.3, 1e10, 4e8]])
     for align in (False, True):
         args = (volume.numpy(), grid.numpy(), "bilinear", padding, align)
-        out = tgs.forward(volume, grid, 0, PADDINGS[padding], align)
+        out = grid_forward(volume, grid, 0, PADDINGS[padding], align)
         assert_close(f"output ({align})", out, torch.from_numpy(_reference.grid_sample_3d(*args)),
                      torch.float64)
-        gi, gg = tgs.backward(grad, volume, grid, 0, PADDINGS[padding], align, (True, True), True)
+        gi, gg = grid_backward(grad, volume, grid, 0, PADDINGS[padding], align, (True, True), True)
         gi_ref, gg_ref = _reference.grid_sample_3d_backward(grad.numpy(), *args)
         assert_close(f"grad_input ({align})", gi, torch.from_numpy(gi_ref), torch.float64)
         assert_close(f"grad_grid ({align})", gg, torch.from_numpy(gg_ref), torch.float64)
@@ -253,8 +284,8 @@ def test_grid_sample_coordinates_overflowing_float32_contribute_nothing():
     volume, grid, grad = make_problem(torch.float32)
     grid[..., 0] = -1e38
     for padding, p in PADDINGS.items():
-        out = tgs.forward(volume, grid, 0, p, False)
-        gi, gg = tgs.backward(grad, volume, grid, 0, p, False, (True, True), True)
+        out = grid_forward(volume, grid, 0, p, False)
+        gi, gg = grid_backward(grad, volume, grid, 0, p, False, (True, True), True)
         assert torch.isfinite(out).all() and torch.isfinite(gi).all() and torch.isfinite(gg).all()
         if padding != "border":
             assert not out.any() and not gi.any() and not gg.any()
@@ -263,12 +294,12 @@ def test_grid_sample_coordinates_overflowing_float32_contribute_nothing():
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_grid_sample_output_mask(deterministic):
     volume, grid, grad = make_problem(torch.float32)
-    full_gi, full_gg = tgs.backward(grad, volume, grid, 0, 1, False, (True, True), deterministic)
-    gi, gg = tgs.backward(grad, volume, grid, 0, 1, False, (True, False), deterministic)
+    full_gi, full_gg = grid_backward(grad, volume, grid, 0, 1, False, (True, True), deterministic)
+    gi, gg = grid_backward(grad, volume, grid, 0, 1, False, (True, False), deterministic)
     assert gg is None and torch.equal(gi, full_gi)
-    gi, gg = tgs.backward(grad, volume, grid, 0, 1, False, (False, True), deterministic)
+    gi, gg = grid_backward(grad, volume, grid, 0, 1, False, (False, True), deterministic)
     assert gi is None and torch.equal(gg, full_gg)
-    nothing = tgs.backward(grad, volume, grid, 0, 1, False, (False, False), deterministic)
+    nothing = grid_backward(grad, volume, grid, 0, 1, False, (False, False), deterministic)
     assert nothing == (None, None)
 
 
@@ -277,9 +308,9 @@ def test_grid_sample_output_mask(deterministic):
                                         ((2, 2, 3, 3, 3), (0, 2, 2))])  # no points
 def test_grid_sample_empty(shape, out):
     volume, grid, grad = make_problem(torch.float32, shape=shape, out=out)
-    assert tgs.forward(volume, grid, 0, 0, False).shape == grad.shape
+    assert grid_forward(volume, grid, 0, 0, False).shape == grad.shape
     for deterministic in (False, True):
-        gi, gg = tgs.backward(grad, volume, grid, 0, 0, False, (True, True), deterministic)
+        gi, gg = grid_backward(grad, volume, grid, 0, 0, False, (True, True), deterministic)
         assert gi.shape == volume.shape and not gi.any()
         assert gg.shape == grid.shape and not gg.any()
 
@@ -290,22 +321,22 @@ def test_grid_sample_deterministic_is_bitwise_reproducible(mode, kind):
     # Many points in few cells, so that voxels gather long, shared lists.
     volume, grid, grad = make_problem(torch.bfloat16, shape=(2, 5, 3, 3, 3), spread=0.6)
     volume, grad = layout(volume, kind), layout(grad, kind)
-    first = tgs.backward(grad, volume, grid, MODES[mode], 0, False, (True, True), True)
-    second = tgs.backward(grad, volume, grid, MODES[mode], 0, False, (True, True), True)
+    first = grid_backward(grad, volume, grid, MODES[mode], 0, False, (True, True), True)
+    second = grid_backward(grad, volume, grid, MODES[mode], 0, False, (True, True), True)
     assert_bitwise("grad_input", first[0], second[0])
     assert_bitwise("grad_grid", first[1], second[1])
 
 
 def test_grid_sample_64_bit_indexing_gives_the_same_bits(monkeypatch):
     volume, grid, grad = make_problem(torch.float32, shape=(2, 3, 3, 4, 5))
-    expected = [tgs.forward(volume, grid, 0, 2, False),
-                *tgs.backward(grad, volume, grid, 0, 2, False, (True, True), True),
-                *tgs.backward(grad, volume, grid, 0, 2, False, (True, True), False)]
+    expected = [grid_forward(volume, grid, 0, 2, False),
+                *grid_backward(grad, volume, grid, 0, 2, False, (True, True), True),
+                *grid_backward(grad, volume, grid, 0, 2, False, (True, True), False)]
     monkeypatch.setattr(vt, "_INT32_LIMIT", 1)  # every launch now indexes in int64
     assert vt.index_dtype(volume) == vt.tl.int64
-    actual = [tgs.forward(volume, grid, 0, 2, False),
-              *tgs.backward(grad, volume, grid, 0, 2, False, (True, True), True),
-              *tgs.backward(grad, volume, grid, 0, 2, False, (True, True), False)]
+    actual = [grid_forward(volume, grid, 0, 2, False),
+              *grid_backward(grad, volume, grid, 0, 2, False, (True, True), True),
+              *grid_backward(grad, volume, grid, 0, 2, False, (True, True), False)]
     for name, a, b in zip(["output", "grad_input", "grad_grid", "grad_input (atomic)",
                            "grad_grid (atomic)"], actual, expected):
         assert_bitwise(name, a, b)
@@ -343,12 +374,12 @@ def check_upsample(resize, align, dtype, kind):
     grad_expected = torch.ops.aten.upsample_trilinear3d_backward(
         grad.double(), size_out, volume.shape, align, *scales)
     volume, grad = layout(volume, kind), layout(grad, kind)
-    out = tup.forward(volume, size_out, align, scales)
+    out = upsample_forward(volume, size_out, align, scales)
     assert out.dtype == dtype and out.is_contiguous(memory_format=vt.memory_format(volume))
     assert_close("output", out, expected, dtype)
     results = []
     for deterministic in (False, True):
-        gi = tup.backward(grad, tuple(volume.shape), align, scales, deterministic)
+        gi = upsample_backward(grad, tuple(volume.shape), align, scales, deterministic)
         assert gi.dtype == dtype and gi.is_contiguous(memory_format=vt.memory_format(grad))
         assert_close("grad_input", gi, grad_expected, dtype)
         results.append(gi)
@@ -373,91 +404,98 @@ def test_upsample_layouts(kind):
 
 def test_upsample_identity_and_empty():
     volume = torch.randn(2, 3, 3, 4, 5)
-    assert torch.equal(tup.forward(volume, (3, 4, 5), False, (None,) * 3), volume)
-    assert torch.equal(tup.backward(volume, (2, 3, 3, 4, 5), True, None, True), volume)
-    assert tup.forward(volume[:0], (6, 8, 10), False, None).shape == (0, 3, 6, 8, 10)
-    assert tup.backward(volume[:, :0], (2, 0, 2, 2, 2), False, None, True).shape == (2, 0, 2, 2, 2)
+    assert torch.equal(upsample_forward(volume, (3, 4, 5), False, (None,) * 3), volume)
+    assert torch.equal(upsample_backward(volume, (2, 3, 3, 4, 5), True, None, True), volume)
+    assert upsample_forward(volume[:0], (6, 8, 10), False, None).shape == (0, 3, 6, 8, 10)
+    assert upsample_backward(volume[:, :0], (2, 0, 2, 2, 2), False, None, True).shape == (2, 0, 2, 2, 2)
 
 
 def test_upsample_64_bit_indexing_gives_the_same_bits(monkeypatch):
     volume = torch.randn(2, 3, 3, 4, 5)
     grad = torch.randn(2, 3, 5, 7, 9)
-    expected = (tup.forward(volume, (5, 7, 9), False, None),
-                tup.backward(grad, (2, 3, 3, 4, 5), False, None, True))
+    expected = (upsample_forward(volume, (5, 7, 9), False, None),
+                upsample_backward(grad, (2, 3, 3, 4, 5), False, None, True))
     monkeypatch.setattr(vt, "_INT32_LIMIT", 1)
-    assert_bitwise("output", tup.forward(volume, (5, 7, 9), False, None), expected[0])
-    assert_bitwise("grad_input", tup.backward(grad, (2, 3, 3, 4, 5), False, None, True),
+    assert_bitwise("output", upsample_forward(volume, (5, 7, 9), False, None), expected[0])
+    assert_bitwise("grad_input", upsample_backward(grad, (2, 3, 3, 4, 5), False, None, True),
                    expected[1])
 
 
 # --------------------------------------------------------------------------------------
-# Compiled for a GPU
+# The exact arithmetic the kernels do without divisions (no subroutine calls on a GPU)
 # --------------------------------------------------------------------------------------
 
-# Runs in a fresh interpreter without TRITON_INTERPRET. A stand-in driver names a Hopper
-# GPU, and every launch only compiles (Triton's warmup), so no GPU is needed. Sizes of 1
-# matter: Triton turns integer arguments equal to 1 into compile-time constants.
-_COMPILE_SCRIPT = textwrap.dedent("""
-    import json, sys
-    import torch
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-    from triton.runtime.jit import JITFunction
 
-    class HopperStandIn:
-        def get_current_device(self): return 0
-        def get_current_stream(self, device=None): return 0
-        def get_current_target(self): return GPUTarget("cuda", 90, 32)
-        def get_active_torch_device(self): return torch.device("cpu")
-
-    driver.set_active(HopperStandIn())
-    compiled, compile_only = [], JITFunction.run
-
-    def run(self, *args, grid, warmup, **kwargs):
-        kernel = compile_only(self, *args, grid=grid, warmup=True, **kwargs)
-        compiled.append((self.fn.__name__, kernel.asm["ptx"]))
-
-    JITFunction.run = run
-    import volsample._triton as vt
-    from volsample._triton import grid_sample as gs, upsample as up
-
-    def volume(shape, dtype, channels_last):
-        t = torch.randn(shape).to(dtype)
-        return t.contiguous(memory_format=torch.channels_last_3d) if channels_last else t
-
-    result = {}
-    for dtype, cl, C in [(torch.float32, False, 16), (torch.bfloat16, True, 16),
-                         (torch.float64, False, 1)]:
-        x, go = volume((1, C, 4, 5, 1), dtype, cl), volume((1, C, 2, 3, 4), dtype, cl)
-        grid = torch.rand(1, 2, 3, 4, 3).to(dtype)
-        for mode, padding in [(0, 2), (1, 1)]:
-            gs.forward(x, grid, mode, padding, True)
-            for deterministic in (False, True):
-                compiled.clear()
-                gs.backward(go, x, grid, mode, padding, False, (True, True), deterministic)
-                result[f"grid_sample {dtype} {cl} {mode} {deterministic}"] = [
-                    (name, ptx.count("atom.global") + ptx.count("red.global"))
-                    for name, ptx in compiled]
-        up.forward(x, (8, 5, 3), False, (None, None, None))
-        up.backward(go, (1, C, 1, 2, 7), True, (None, None, None), True)
-    vt._INT32_LIMIT = 1
-    gs.backward(go, x, grid, 0, 0, True, (True, True), True)
-    up.backward(go, (1, C, 1, 2, 7), True, (None, None, None), True)
-    print(json.dumps(result))
-""")
+@triton.jit
+def _reflect_kernel(x_ptr, folded_ptr, sign_ptr, n, W, H, D, ALIGN: tl.constexpr,
+                    BLOCK: tl.constexpr):
+    """The same coordinates folded along three axes of sizes W, H, D."""
+    i = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n, other=0.0)
+    fx, fy, fz, gx, gy, gz = tgs.reflect(x, x, x, W, H, D, ALIGN)
+    for k, f, g in ((0, fx, gx), (1, fy, gy), (2, fz, gz)):
+        tl.store(folded_ptr + k * n + i, f, mask=i < n)
+        tl.store(sign_ptr + k * n + i, g, mask=i < n)
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="Triton's GPU compiler runs on Linux")
-def test_kernels_compile_for_hopper():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], capture_output=True, text=True,
-                         env=env, timeout=300)
-    assert run.returncode == 0, run.stderr[-4000:]
-    atomics = json.loads(run.stdout.strip().splitlines()[-1])
-    for case, kernels in atomics.items():
-        deterministic = case.endswith("True")
-        for name, count in kernels:
-            if deterministic or "gather" in name:
-                assert count == 0, f"{case}: {name} has {count} atomics"
-            elif "points" in name:
-                assert count > 0, f"{case}: {name} scatters without atomics?"
+def _near_multiples(span, dtype, count, gen):
+    """Coordinates at, just below and just above whole multiples of ``span`` (quotients up
+    to 2**p, where a correctly rounded division rounds up across an integer), huge ones,
+    and plain ones."""
+    p = np.finfo(dtype).nmant + 1
+    q = np.unique(np.concatenate([gen.integers(0, 2**p, count), 2**p - gen.integers(1, 9, 8),
+                                  2 ** (p - 1) + gen.integers(-4, 4, 8)])).astype(np.float64)
+    at = (q * span).astype(dtype)
+    values = [at, np.nextafter(at, dtype(0)), np.nextafter(at, dtype(np.inf)),
+              np.nextafter(np.nextafter(at, dtype(0)), dtype(0)),
+              gen.normal(0, 1, count).astype(dtype) * dtype(span * 3),
+              np.array([1e30, 3e38 if dtype == np.float32 else 1e300, 2.0**p * span,
+                        np.nextafter(dtype(2.0**p * span), dtype(0))], dtype=dtype)]
+    values = np.concatenate(values).astype(dtype)
+    return np.concatenate([values, -values]) - dtype(0.5)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reflection_folds_bit_for_bit_with_the_reference(dtype):
+    # The reference takes an exact fmod and a correctly rounded x / span; the kernels fold
+    # with multiplications and fmas, and must give the same bits, sign included.
+    gen = np.random.default_rng(7)
+    for sizes in ((1, 2, 3), (7, 100, 1023)):
+        for align in (False, True):
+            spans = [s - 1 if align and s > 1 else s for s in sizes]
+            x = np.concatenate([_near_multiples(span, dtype, 100, gen) for span in spans])
+            folded = torch.empty(3 * len(x), dtype=getattr(torch, np.dtype(dtype).name))
+            sign = torch.empty_like(folded)
+            _reflect_kernel[(1,)](torch.from_numpy(x), folded, sign, len(x), *sizes, align,
+                                  triton.next_power_of_2(len(x)))
+            for k, size in enumerate(sizes):
+                bounds = (0, 2 * (size - 1)) if align else (-1, 2 * size - 1)
+                ref_folded, ref_sign = _coords.reflect(np, x, *bounds)
+                got = folded[k * len(x):(k + 1) * len(x)].numpy()
+                bad = got != ref_folded
+                assert not bad.any(), (f"size {size} align {align}: {int(bad.sum())} differ, "
+                                       f"first x={x[bad][0]!r}: {got[bad][0]!r} vs "
+                                       f"{ref_folded[bad][0]!r}")
+                np.testing.assert_array_equal(sign[k * len(x):(k + 1) * len(x)].numpy(),
+                                              ref_sign)
+
+
+@triton.jit
+def _divmod_kernel(x_ptr, q_ptr, r_ptr, n, d, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + i, mask=i < n, other=0)
+    q, r = vt.divmod_index(x, d)
+    tl.store(q_ptr + i, q, mask=i < n)
+    tl.store(r_ptr + i, r, mask=i < n)
+
+
+@pytest.mark.parametrize("d", [1, 3, 7, 640, 2**20 + 7, 2**31 - 1])
+def test_int64_division_without_a_divide(d):
+    gen = np.random.default_rng(d)
+    x = np.concatenate([gen.integers(0, 2**50, 500), np.arange(0, 3 * d, max(1, d // 5))[:200],
+                        d * gen.integers(0, 2**50 // d, 100) + np.array([[0], [-1], [1]])
+                        .repeat(100, 1).ravel()[:100], [0, 2**50 - 1]])
+    x = torch.from_numpy(np.clip(x, 0, 2**50 - 1).astype(np.int64))
+    q, r = torch.empty_like(x), torch.empty_like(x)
+    _divmod_kernel[(1,)](x, q, r, len(x), d, triton.next_power_of_2(len(x)))
+    assert torch.equal(q, x // d) and torch.equal(r, x % d)

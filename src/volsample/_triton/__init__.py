@@ -19,7 +19,6 @@ and two small @triton.jit addressing helpers.
 from __future__ import annotations
 
 import contextlib
-import functools
 
 import torch
 import triton
@@ -41,15 +40,6 @@ def on_device_of(t: torch.Tensor):
     """A context with the CUDA device of ``t`` current (none for a CPU tensor): Triton and
     torch launch their kernels on the current device."""
     return torch.cuda.device(t.device) if t.device.type == "cuda" else contextlib.nullcontext()
-
-
-def on_device_of_first_argument(launcher):
-    """Run ``launcher`` with the CUDA device of its first tensor argument current."""
-    @functools.wraps(launcher)
-    def wrapper(first, *args, **kwargs):
-        with on_device_of(first):
-            return launcher(first, *args, **kwargs)
-    return wrapper
 
 
 def new_volume(shape, dtype, like: torch.Tensor, zero: bool = False) -> torch.Tensor:
@@ -95,20 +85,40 @@ def tile(channels: int, max_block_c: int, elements: int) -> tuple[int, int]:
 
 
 @triton.jit
+def divmod_index(x, d):
+    """(x // d, x % d) of non-negative integers x and a positive d. In int32, the GPU's
+    inline division. In int64, no 64-bit division (a subroutine call on NVIDIA GPUs): a
+    float64 quotient from a refined reciprocal, corrected by one; exact for x < 2**50."""
+    if x.dtype == tl.int64:
+        fd = tl.cast(d, tl.float64)
+        inverse = tl.cast(1.0 / tl.cast(d, tl.float32), tl.float64)  # about 2**-22 off
+        inverse = tl.fma(inverse, tl.fma(-fd, inverse, 1.0), inverse)  # Newton: 2**-44
+        inverse = tl.fma(inverse, tl.fma(-fd, inverse, 1.0), inverse)  # to rounding
+        q = tl.cast(tl.cast(x, tl.float64) * inverse, tl.int64)  # off by at most 1
+        r = x - q * d
+        q = tl.where(r < 0, q - 1, tl.where(r >= d, q + 1, q))
+        r = tl.where(r < 0, r + d, tl.where(r >= d, r - d, r))
+        return q, r
+    return x // d, x % d
+
+
+@triton.jit
 def split_spatial(q, H, W):
     """(d, h, w) of flat spatial indices ``q`` of a (D, H, W) volume."""
-    w = q % W
-    t = q // W
-    return t // H, t % H, w
+    t, w = divmod_index(q, W)
+    d, h = divmod_index(t, H)
+    return d, h, w
 
 
 @triton.jit
 def block_of_points(block, S, BLOCK_P: tl.constexpr, INDEX: tl.constexpr):
     """Batch item n, flat spatial indices q and their mask of the ``block``-th block of
-    points: the S points of each batch item are cut in blocks of BLOCK_P."""
-    blocks = tl.cdiv(S, BLOCK_P)
-    n = block // blocks
-    q = (block % blocks) * BLOCK_P + tl.arange(0, BLOCK_P).to(INDEX)
+    points (an int32 program number): the S points of each batch item are cut in blocks
+    of BLOCK_P. A launch has fewer than 2**31 blocks, so n and the block's place divide
+    in int32."""
+    blocks = tl.cdiv(S, BLOCK_P).to(tl.int32)
+    n = (block // blocks).to(INDEX)
+    q = (block % blocks).to(INDEX) * BLOCK_P + tl.arange(0, BLOCK_P).to(INDEX)
     return n, q, q < S
 
 

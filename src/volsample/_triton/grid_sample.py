@@ -1,8 +1,9 @@
 """Triton kernels for 3-D grid sampling (SPEC §2), forward and backward.
 
 The coordinate maths is that of the C++ core's ``src/cpp/coords.h`` written as @triton.jit helpers over
-blocks of points: ``unnormalize``, ``clip`` and ``reflect`` each return the coordinate and
-its derivative, and ``source_index`` composes them. ``_corner`` describes one of a point's
+blocks of points: ``unnormalize``, ``clip`` and ``reflect`` return coordinates and their
+derivatives, and ``source_indices`` composes them (``reflect`` folds with an exact fmod and
+division emulated by fmas, so that no kernel calls a division's or fmod's subroutine). ``_corner`` describes one of a point's
 corners (eight for bilinear, in PyTorch's order tnw, tne, tsw, tse, bnw, bne, bsw, bse;
 one for nearest); kernels loop over corners with ``tl.static_range``, so the corner code
 is written once.
@@ -32,23 +33,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .._tables import BORDER, NEAREST, REFLECTION
+from .._tables import NEAREST, REFLECTION, ZEROS
 from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
-               is_channels_last, new_volume, on_device_of_first_argument, programs,
+               is_channels_last, new_volume, on_device_of, programs,
                split_spatial, tile, tl_dtype)
 
 _NEAREST = tl.constexpr(NEAREST)
-_BORDER = tl.constexpr(BORDER)
 _REFLECTION = tl.constexpr(REFLECTION)
+_ZEROS = tl.constexpr(ZEROS)
 _INF = tl.constexpr(float("inf"))
-
-
-@triton.jit
-def _divide(a, b):
-    """a / b rounded to nearest (a plain float32 '/' may be approximate on the GPU)."""
-    if a.dtype == tl.float32:
-        return tl.div_rn(a, b)
-    return a / b
 
 
 @triton.jit
@@ -70,13 +63,11 @@ def clip(x, size):
 
 
 @triton.jit
-def reflect(x, size, ALIGN: tl.constexpr):
-    """Fold x into [0, size-1] (ALIGN) or [-0.5, size-0.5] by reflection, and the
-    derivative's sign: +1, -1, or 0 where the span is empty (size 1 with ALIGN).
-
-    The parity of the fold count is taken in floating point, so that huge coordinates
-    never overflow an integer.
-    """
+def _span(x, size, ALIGN: tl.constexpr):
+    """Reflection's bounds along an axis of ``size`` voxels, in x's dtype: the low end, the
+    span (1 where it is empty: size 1 with ALIGN), whether it is, and about 1 / span
+    (once per program, without a division's slow-path call: a float32 estimate and
+    Newton steps)."""
     fsize = tl.cast(size, x.dtype)
     if ALIGN:
         low = 0.0
@@ -85,31 +76,120 @@ def reflect(x, size, ALIGN: tl.constexpr):
         low = -0.5
         span = fsize
     empty = span == 0.0
-    span = tl.where(empty, 1.0, span)  # any non-zero span: the result is replaced below
-    x = x - low
+    span = tl.where(empty, 1.0, span)  # any non-zero span: the result is replaced
+    inverse = tl.cast(1.0 / tl.cast(span, tl.float32), x.dtype)
+    inverse = tl.fma(inverse, tl.fma(-span, inverse, 1.0), inverse)
+    if x.dtype == tl.float64:
+        inverse = tl.fma(inverse, tl.fma(-span, inverse, 1.0), inverse)
+    return low, span, empty, inverse
+
+
+@triton.jit
+def _huge(x, span):
+    """Whether |x| >= 2**p spans (p: the precision's bits): its quotient rounds to an even
+    float, and its remainder needs more steps than ``_fold`` takes."""
+    if x.dtype == tl.float64:
+        return tl.abs(x) >= span * 9007199254740992.0
+    return tl.abs(x) >= span * 16777216.0
+
+
+@triton.jit
+def _reduce(r, span, inverse):
+    """Where r is huge, r - floor(r * inverse) * span: congruent to r modulo span, about
+    2**(p-1) times smaller, and exact (see ``_fold``); elsewhere r."""
+    return tl.where(_huge(r, span), tl.fma(-tl.floor(r * inverse), span, r), r)
+
+
+@triton.jit
+def _fold(x, r, span, inverse):
+    """(fmod(x, span), whether floor(x / span) is even) for finite x >= 0 and a whole span
+    >= 1, given r congruent to x modulo span and not huge (x itself where x is not):
+    the bits of an exact fmod and of a correctly rounded division, as the CPU takes them,
+    with neither a division nor a libdevice call.
+
+    A step q = floor(r * inverse), r -= q * span (one fma) is exact while r is a multiple
+    of a unit that q * span is a multiple of too; two steps and a correction leave the
+    exact remainder and quotient. Exact for spans below 2**21 in float32 (axes of fewer
+    voxels), any in float64.
+    """
+    q = tl.floor(r * inverse)
+    r = tl.fma(-q, span, r)
+    step = tl.floor(r * inverse)
+    q += step
+    r = tl.fma(-step, span, r)
+    q = tl.where(r < 0.0, q - 1.0, tl.where(r >= span, q + 1.0, q))
+    r = tl.where(r < 0.0, r + span, tl.where(r >= span, r - span, r))
+    # x / span = q + r / span rounds up to q + 1 where span - r is under half a unit of
+    # the floats below q + 1, times span; on a tie, to the even one.
+    up = q + 1.0
+    if up.dtype == tl.float64:
+        below = (up.to(tl.int64, bitcast=True) - 1).to(tl.float64, bitcast=True)
+    else:
+        below = (up.to(tl.int32, bitcast=True) - 1).to(tl.float32, bitcast=True)
+    half = (up - below) * span * 0.5
+    gap = span - r
+    even_up = tl.floor(up * 0.5) * 2.0 == up
+    rounds_up = (gap < half) | ((gap == half) & (even_up | (up - below < 1.0)))
+    flips = tl.where(rounds_up, up, q)
+    return r, _huge(x, span) | (tl.floor(flips * 0.5) * 2.0 == flips)
+
+
+@triton.jit
+def _reflected(x, r, low, span, empty, inverse):
+    """x (already less low) folded by ``_fold``, and the derivative's sign."""
     sign = tl.where(x < 0.0, -1.0, 1.0)
-    x = tl.abs(x)
-    extra = x % span  # fmod
-    flips = tl.floor(_divide(x, span))
-    even = (flips % 2.0) == 0.0
+    extra, even = _fold(tl.abs(x), r, span, inverse)
     folded = tl.where(even, extra + low, span - extra + low)
     sign = tl.where(even, sign, -sign)
     return tl.where(empty, 0.0, folded), tl.where(empty, 0.0, sign)
 
 
 @triton.jit
-def source_index(coord, size, PADDING: tl.constexpr, ALIGN: tl.constexpr):
-    """Voxel coordinate after unnormalising and padding, and its derivative.
+def reflect(x, y, z, W, H, D, ALIGN: tl.constexpr):
+    """Fold a point's voxel coordinates into [0, size-1] (ALIGN) or [-0.5, size-0.5] by
+    reflection along each axis, and the derivatives' signs: +1, -1, or 0 where the span is
+    empty (size 1 with ALIGN). The fold count's parity is taken in floating point, so that
+    huge coordinates never overflow an integer. The axes share one loop, which only
+    blocks with a huge coordinate enter (a loop per axis costs spills)."""
+    lx, sx, ex, vx = _span(x, W, ALIGN)
+    ly, sy, ey, vy = _span(y, H, ALIGN)
+    lz, sz, ez, vz = _span(z, D, ALIGN)
+    x = x - lx
+    y = y - ly
+    z = z - lz
+    rx = tl.abs(x)
+    ry = tl.abs(y)
+    rz = tl.abs(z)
+    while tl.max(tl.where(_huge(rx, sx) | _huge(ry, sy) | _huge(rz, sz), 1, 0)) > 0:
+        rx = _reduce(rx, sx, vx)
+        ry = _reduce(ry, sy, vy)
+        rz = _reduce(rz, sz, vz)
+    fx, gx = _reflected(x, rx, lx, sx, ex, vx)
+    fy, gy = _reflected(y, ry, ly, sy, ey, vy)
+    fz, gz = _reflected(z, rz, lz, sz, ez, vz)
+    return fx, fy, fz, gx, gy, gz
+
+
+@triton.jit
+def source_indices(cx, cy, cz, D, H, W, PADDING: tl.constexpr, ALIGN: tl.constexpr):
+    """A point's voxel coordinates after unnormalising and padding, and their derivatives.
     Coordinates must be finite (callers replace the others)."""
-    x, grad = unnormalize(coord, size, ALIGN)
-    if PADDING == _BORDER:
-        x, g = clip(x, size)
-        grad = grad * g
-    elif PADDING == _REFLECTION:
-        x, g = reflect(x, size, ALIGN)
-        x, g2 = clip(x, size)
-        grad = grad * g * g2
-    return x, grad
+    x, mx = unnormalize(cx, W, ALIGN)
+    y, my = unnormalize(cy, H, ALIGN)
+    z, mz = unnormalize(cz, D, ALIGN)
+    if PADDING == _REFLECTION:
+        x, y, z, gx, gy, gz = reflect(x, y, z, W, H, D, ALIGN)
+        mx = mx * gx
+        my = my * gy
+        mz = mz * gz
+    if PADDING != _ZEROS:
+        x, gx = clip(x, W)
+        y, gy = clip(y, H)
+        z, gz = clip(z, D)
+        mx = mx * gx
+        my = my * gy
+        mz = mz * gz
+    return x, y, z, mx, my, mz
 
 
 @triton.jit
@@ -117,7 +197,7 @@ def _round_half_even(x):
     """Nearest integer, ties to even (std::nearbyint); exact for every float."""
     low = tl.floor(x)
     frac = x - low  # exact
-    up = (frac > 0.5) | ((frac == 0.5) & ((low % 2.0) != 0.0))
+    up = (frac > 0.5) | ((frac == 0.5) & (tl.floor(low * 0.5) * 2.0 != low))  # odd low
     return tl.where(up, low + 1.0, low)
 
 
@@ -227,9 +307,9 @@ def _grid_point(cx, cy, cz, mask, D, H, W, PADDING: tl.constexpr, ALIGN: tl.cons
     cannot fold it and zeros reads nothing there anyway).
     """
     finite = mask & (tl.abs(cx) < _INF) & (tl.abs(cy) < _INF) & (tl.abs(cz) < _INF)
-    ix, mx = source_index(tl.where(finite, cx, 0.0), W, PADDING, ALIGN)
-    iy, my = source_index(tl.where(finite, cy, 0.0), H, PADDING, ALIGN)
-    iz, mz = source_index(tl.where(finite, cz, 0.0), D, PADDING, ALIGN)
+    ix, iy, iz, mx, my, mz = source_indices(
+        tl.where(finite, cx, 0.0), tl.where(finite, cy, 0.0), tl.where(finite, cz, 0.0),
+        D, H, W, PADDING, ALIGN)
     valid = finite & (tl.abs(ix) < _INF) & (tl.abs(iy) < _INF) & (tl.abs(iz) < _INF)
     ix = tl.where(valid, ix, 0.0)
     iy = tl.where(valid, iy, 0.0)
@@ -277,7 +357,7 @@ def _forward_kernel(inp, field, theta, table, out, C, D, H, W, S, Do, Ho, Wo,
                     COMPUTE: tl.constexpr, INDEX: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """out[n, c, q] = sum over corners of weight * input; one program per BLOCK_P points."""
-    n, q, pmask = block_of_points(tl.program_id(0).to(INDEX), S, BLOCK_P, INDEX)
+    n, q, pmask = block_of_points(tl.program_id(0), S, BLOCK_P, INDEX)
     cx, cy, cz = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN, sfD,
                                     sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
     ix, iy, iz, mx, my, mz, valid = _grid_point(cx, cy, cz, pmask, D, H, W, PADDING, ALIGN)
@@ -297,7 +377,7 @@ def _forward_kernel(inp, field, theta, table, out, C, D, H, W, S, Do, Ho, Wo,
 
 @triton.jit
 def _backward_points_kernel(
-        gout, inp, field, theta, table, grad_field, grad_theta, gin, keys, coords,
+        gout, inp, field, theta, table, grad_field, grad_theta, gin, keys, coords, go_offsets,
         C, D, H, W, S, Do, Ho, Wo, NO_CELL,
         sgoN, sgoC, sgoD, sgoH, sgoW, siN, siC, siD, siH, siW, sfN, sfD, sfH, sfW, sfK,
         giN, giC, giD, giH, giW,
@@ -312,15 +392,18 @@ def _backward_points_kernel(
     or a displacement's, times the scales where SCALED); THETA_GRAD stores this program's
     sums of it times (bx, by, bz, 1) into its 12 entries of ``grad_theta``, in a fixed
     order. SCATTER: atomic adds of grad_output * weight into ``gin``. KEYS: each point's
-    cell id (NO_CELL if it touches no voxel) and, for bilinear, its padded coordinates."""
-    n, q, pmask = block_of_points(tl.program_id(0).to(INDEX), S, BLOCK_P, INDEX)
+    cell id (NO_CELL if it touches no voxel), the offset of its grad_output elements
+    (``go_offsets``) and, for bilinear, its padded coordinates."""
+    n, q, pmask = block_of_points(tl.program_id(0), S, BLOCK_P, INDEX)
     cx, cy, cz = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN, sfD,
                                     sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
     ix, iy, iz, mx, my, mz, valid = _grid_point(cx, cy, cz, pmask, D, H, W, PADDING, ALIGN)
-    p = n * S + q  # row of grad_grid, keys and coords
-    if FIELD_GRAD or THETA_GRAD or SCATTER:
+    p = n * S + q  # row of grad_grid, keys, coords and go_offsets
+    if FIELD_GRAD or THETA_GRAD or SCATTER or KEYS:
         d, h, w = split_spatial(q, Ho, Wo)
-        go_q = gout + n * sgoN + d * sgoD + h * sgoH + w * sgoW
+        go_at = n * sgoN + d * sgoD + h * sgoH + w * sgoW  # grad_output[n, 0, point]
+    if FIELD_GRAD or THETA_GRAD or SCATTER:
+        go_q = gout + go_at
         sx = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
         sy = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
         sz = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
@@ -384,20 +467,21 @@ def _backward_points_kernel(
             tl.store(row + 2, iz, mask=pmask)
         cell = tl.where(touches, _cell_id(n, z, y, x, D, H, W, MODE), NO_CELL)
         tl.store(keys + p, cell.to(keys.dtype.element_ty), mask=pmask)
+        tl.store(go_offsets + p, go_at.to(go_offsets.dtype.element_ty), mask=pmask)
 
 
 @triton.jit
 def _gather_input_grad_kernel(
-        gout, gin, order, coords, starts,
-        C, D, H, W, S_in, S_out, Ho, Wo, CHUNKS,
-        sgoN, sgoC, sgoD, sgoH, sgoW, giN, giC, giQ,
+        gout, gin, order, coords, go_offsets, starts,
+        C, D, H, W, S_in, CHUNKS, sgoC, giN, giC, giQ,
         MODE: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr,
         BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """grad_input without atomics: one program per BLOCK_P input voxels and BLOCK_C
     channels, each voxel summing the points of the cells around it (``order``/``starts``:
     the points sorted by cell, and each cell's first position), cell by cell, in point
-    order within a cell."""
-    pid = tl.program_id(0).to(INDEX)
+    order within a cell. A point's grad_output elements are read at its offset from the
+    points pass: no division per point."""
+    pid = tl.program_id(0)
     n, v, vmask = block_of_points(pid // CHUNKS, S_in, BLOCK_P, INDEX)
     c = (pid % CHUNKS) * BLOCK_C + tl.arange(0, BLOCK_C).to(INDEX)
     cmask = c < C
@@ -416,8 +500,7 @@ def _gather_input_grad_kernel(
             at = first + j
             m = at < end
             p = tl.load(order + at, mask=m, other=0).to(INDEX)
-            d, h, w = split_spatial(p - n * S_out, Ho, Wo)
-            go = gout + n * sgoN + d * sgoD + h * sgoH + w * sgoW
+            go = gout + tl.load(go_offsets + p, mask=m, other=0).to(INDEX)
             g = tl.load(go[:, None] + c[None, :] * sgoC, mask=m[:, None] & cmask[None, :],
                         other=0.0).to(COMPUTE)
             if MODE == _NEAREST:
@@ -492,15 +575,15 @@ def _cells(N, D, H, W, mode):
     return N * D * H * W if mode == NEAREST else N * (D + 1) * (H + 1) * (W + 1)
 
 
-@on_device_of_first_argument
-def forward(input, grid, mode: int, padding_mode: int, align_corners: bool):
-    """Sample ``input`` (N, C, D, H, W) at ``grid`` (N, Do, Ho, Wo, 3): SPEC §2.
-
-    ``mode``: 0 bilinear, 1 nearest; ``padding_mode``: 0 zeros, 1 border, 2 reflection.
-    A float32/float64 grid may accompany 16-bit input (computed in the grid's precision,
-    at least float32). Returns (N, C, Do, Ho, Wo) in the input's dtype and memory format.
+def forward(call, input, grid):
+    """Sample ``input`` (N, C, D, H, W) at ``grid`` (N, Do, Ho, Wo, 3) as the checked
+    ``call`` (a ``_calls.GridSample``) says: SPEC §2. A float32/float64 grid may accompany
+    16-bit input (computed in the grid's precision, at least float32). Returns
+    (N, C, Do, Ho, Wo) in the input's dtype and memory format.
     """
-    return sample(input, grid_coordinates(grid), mode, padding_mode, align_corners)
+    with on_device_of(input):
+        return sample(input, grid_coordinates(grid), call.mode, call.padding,
+                      call.align_corners)
 
 
 def sample(input, coords: Coordinates, mode: int, padding_mode: int, align_corners: bool):
@@ -518,20 +601,19 @@ def sample(input, coords: Coordinates, mode: int, padding_mode: int, align_corne
     return out
 
 
-@on_device_of_first_argument
-def backward(grad_output, input, grid, mode: int, padding_mode: int, align_corners: bool,
-             output_mask, deterministic: bool):
+def backward(call, grad_output, input, grid, deterministic: bool):
     """Gradients of ``forward`` with respect to input and grid: SPEC §2.
 
-    ``output_mask`` (want grad_input, want grad_grid): a gradient not asked for is not
+    ``call.output_mask`` (want grad_input, want grad_grid): a gradient not asked for is not
     computed and comes back as None. ``deterministic`` selects the atomic-free gather for
     grad_input (bitwise reproducible) over the atomic scatter. grad_grid has the grid's
     dtype and is exactly 0 for nearest; grad_input has the input's dtype and memory format.
     """
-    want_input, want_grid = (bool(m) for m in output_mask)
-    grad_input, grad_grid, _ = sample_backward(grad_output, input, grid_coordinates(grid), mode,
-                                               padding_mode, align_corners, want_input,
-                                               want_grid, False, deterministic)
+    want_input, want_grid = (bool(m) for m in call.output_mask)
+    with on_device_of(input):
+        grad_input, grad_grid, _ = sample_backward(
+            grad_output, input, grid_coordinates(grid), call.mode, call.padding,
+            call.align_corners, want_input, want_grid, False, deterministic)
     return grad_input, grad_grid
 
 
@@ -582,7 +664,7 @@ def sample_backward(grad_output, input, coords: Coordinates, mode: int, padding_
 
 
 def _points_pass(grad_output, input, coords, sizes, consts, grad_field=None, partials=None,
-                 gin=None, keys=None, coords_out=None):
+                 gin=None, keys=None, coords_out=None, go_offsets=None):
     """Launch ``_backward_points_kernel`` for the outputs given (None: not wanted)."""
     N, C, D, H, W, S, Do, Ho, Wo = sizes
     unused = grad_output.new_empty(0)  # stands for the pointers of outputs not wanted
@@ -590,7 +672,7 @@ def _points_pass(grad_output, input, coords, sizes, consts, grad_field=None, par
     _backward_points_kernel[programs(N, S, block_p)](
         grad_output, input, *coords.args(unused)[:3], _or(grad_field, unused),
         _or(partials, unused), _or(gin, unused), _or(keys, unused), _or(coords_out, unused),
-        C, D, H, W, S, Do, Ho, Wo, _cells(N, D, H, W, consts["MODE"]),
+        _or(go_offsets, unused), C, D, H, W, S, Do, Ho, Wo, _cells(N, D, H, W, consts["MODE"]),
         *grad_output.stride(), *input.stride(), *coords.args(unused)[3:],
         *(gin.stride() if gin is not None else (0,) * 5), **consts,
         FIELD_GRAD=grad_field is not None, THETA_GRAD=partials is not None,
@@ -616,10 +698,11 @@ def _gathered_input_grad(grad_output, input, coords, sinks, sizes, compute, cons
     device = input.device
     key_dtype = torch.int64 if consts["INDEX"] == tl.int64 else torch.int32
     keys = torch.empty(N * S, dtype=key_dtype, device=device)
+    go_offsets = torch.empty(N * S, dtype=key_dtype, device=device)
     voxel_coords = torch.empty(0 if consts["MODE"] == NEAREST else 3 * N * S, dtype=compute,
                                device=device)
     _points_pass(grad_output, input, coords, sizes, consts, keys=keys, coords_out=voxel_coords,
-                 **sinks)
+                 go_offsets=go_offsets, **sinks)
     sorted_keys, order = torch.sort(keys, stable=True)
     cell_ids = torch.arange(cells + 1, dtype=key_dtype, device=device)
     starts = torch.searchsorted(sorted_keys, cell_ids, out_int32=key_dtype == torch.int32)
@@ -627,8 +710,8 @@ def _gathered_input_grad(grad_output, input, coords, sinks, sizes, compute, cons
     block_p, block_c = tile(C, 32, 512)  # a voxel's channels share its walk over the points
     chunks = triton.cdiv(C, block_c)
     _gather_input_grad_kernel[programs(N, D * H * W, block_p, chunks)](
-        grad_output, grad_input, order, voxel_coords, starts, C, D, H, W, D * H * W, S, Ho, Wo,
-        chunks, *grad_output.stride(), *dense_strides(grad_input), MODE=consts["MODE"],
+        grad_output, grad_input, order, voxel_coords, go_offsets, starts, C, D, H, W, D * H * W,
+        chunks, grad_output.stride(1), *dense_strides(grad_input), MODE=consts["MODE"],
         COMPUTE=consts["COMPUTE"], INDEX=consts["INDEX"], BLOCK_P=block_p, BLOCK_C=block_c,
         **LAUNCH)
     return grad_input

@@ -24,7 +24,7 @@ import triton.language as tl
 
 from .._cpu.upsample import axis_map
 from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
-               is_channels_last, new_volume, on_device_of_first_argument, programs,
+               is_channels_last, new_volume, on_device_of, programs,
                split_spatial, tile, tl_dtype)
 
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
@@ -106,7 +106,7 @@ def _forward_kernel(inp, out, index_d, weight_d, index_h, weight_h, index_w, wei
                     COMPUTE: tl.constexpr, INDEX: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """out[n, c, q] from the 8 taps of output point q; one program per BLOCK_P points."""
-    n, q, pmask = block_of_points(tl.program_id(0).to(INDEX), S, BLOCK_P, INDEX)
+    n, q, pmask = block_of_points(tl.program_id(0), S, BLOCK_P, INDEX)
     od, oh, ow = split_spatial(q, Ho, Wo)
     z0, z1, lz0, lz1 = _taps(index_d, weight_d, od, pmask, ID_D)
     y0, y1, ly0, ly1 = _taps(index_h, weight_h, oh, pmask, ID_H)
@@ -137,7 +137,7 @@ def _adjoint_pass_kernel(src, dst, starts, index, weight,
     """dst = M^T src along logical axis AXIS (2, 3 or 4): dst element i of a line gathers
     the src elements of row i of the transposed matrix (starts, index, weight), in order.
     One program per BLOCK_P dst points of (D, H, W) and BLOCK_C channels."""
-    pid = tl.program_id(0).to(INDEX)
+    pid = tl.program_id(0)
     n, q, pmask = block_of_points(pid // CHUNKS, S, BLOCK_P, INDEX)
     c = (pid % CHUNKS) * BLOCK_C + tl.arange(0, BLOCK_C).to(INDEX)
     mask = pmask[:, None] & (c < C)[None, :]
@@ -172,59 +172,59 @@ def _adjoint_pass_kernel(src, dst, starts, index, weight,
              mask=mask)
 
 
-@on_device_of_first_argument
-def forward(input, output_size, align_corners: bool, scales):
-    """Trilinear resize of ``input`` (N, C, Di, Hi, Wi) to spatial ``output_size``
-    (Do, Ho, Wo): SPEC §3. ``scales`` holds the forward's per-axis scale factors (D, H, W),
-    None or <= 0 where the sizes define the ratio. Returns the input's dtype and memory
-    format."""
-    N, C = input.shape[:2]
-    Do, Ho, Wo = (int(s) for s in output_size)
-    out = new_volume((N, C, Do, Ho, Wo), input.dtype, input)
-    identity = [a == b for a, b in zip(input.shape[2:], (Do, Ho, Wo))]
+def forward(call, input):
+    """Trilinear resize of ``input`` (N, C, Di, Hi, Wi) as the checked ``call`` (a
+    ``_calls.Upsample``) says: SPEC §3. ``call.scales`` holds the per-axis scale factors
+    (D, H, W), None where the sizes define the ratio. Returns (N, C, Do, Ho, Wo) in the
+    input's dtype and memory format."""
+    N, C, Do, Ho, Wo = call.output_shape
+    out = new_volume(call.output_shape, input.dtype, input)
+    identity = [a == b for a, b in zip(call.input_shape[2:], (Do, Ho, Wo))]
     if out.numel() == 0:
         return out
     if all(identity):
         return out.copy_(input)
     compute = compute_dtype(input.dtype)
-    maps = _matrices(input.shape[2:], (Do, Ho, Wo), align_corners, scales, compute,
-                     input.device, transposed=False)
-    unused = (out.new_empty(0, dtype=torch.int64), out.new_empty(0, dtype=compute))
-    tables = [t for m in maps for t in (unused if m is None else m[1:])]
-    S = Do * Ho * Wo
-    block_p, block_c = tile(C, 32, 256) if is_channels_last(input) else (256, 1)
-    _forward_kernel[programs(N, S, block_p)](
-        input, out, *tables, C, S, Ho, Wo, *input.stride(), *dense_strides(out),
-        ID_D=identity[0], ID_H=identity[1], ID_W=identity[2], COMPUTE=tl_dtype(compute),
-        INDEX=index_dtype(input, out), BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+    with on_device_of(input):
+        maps = _matrices(call.input_shape[2:], (Do, Ho, Wo), call.align_corners, call.scales,
+                         compute, input.device, transposed=False)
+        unused = (out.new_empty(0, dtype=torch.int64), out.new_empty(0, dtype=compute))
+        tables = [t for m in maps for t in (unused if m is None else m[1:])]
+        S = Do * Ho * Wo
+        block_p, block_c = tile(C, 32, 256) if is_channels_last(input) else (256, 1)
+        _forward_kernel[programs(N, S, block_p)](
+            input, out, *tables, C, S, Ho, Wo, *input.stride(), *dense_strides(out),
+            ID_D=identity[0], ID_H=identity[1], ID_W=identity[2], COMPUTE=tl_dtype(compute),
+            INDEX=index_dtype(input, out), BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
     return out
 
 
-@on_device_of_first_argument
-def backward(grad_output, input_size, align_corners: bool, scales, deterministic: bool):
-    """Gradient of ``forward`` with respect to its input, of logical shape ``input_size``
-    (N, C, Di, Hi, Wi): SPEC §3. Returns grad_output's dtype and memory format.
+def backward(call, grad_output, deterministic: bool):
+    """Gradient of ``forward`` with respect to its input, of logical shape
+    ``call.input_shape`` (N, C, Di, Hi, Wi): SPEC §3. Returns grad_output's dtype and
+    memory format.
 
     Always bitwise reproducible (a gather, no atomics): ``deterministic`` changes nothing.
     """
     del deterministic  # one path serves both: see the module docstring
-    input_size = tuple(int(s) for s in input_size)
+    input_size = call.input_shape
     grad_input = new_volume(input_size, grad_output.dtype, grad_output)
     if grad_input.numel() == 0:
         return grad_input
     if grad_input.shape == grad_output.shape:
         return grad_input.copy_(grad_output)
     compute = compute_dtype(grad_output.dtype)
-    maps = _matrices(input_size[2:], grad_output.shape[2:], align_corners, scales, compute,
-                     grad_output.device, transposed=True)
-    src = grad_output
-    passes = [axis for axis in (4, 3, 2) if maps[axis - 2] is not None]
-    for axis in passes:
-        shape = list(src.shape)
-        shape[axis] = input_size[axis]
-        dst = grad_input if axis == passes[-1] else new_volume(shape, compute, grad_output)
-        _adjoint_pass(src, dst, axis, maps[axis - 2])
-        src = dst
+    with on_device_of(grad_output):
+        maps = _matrices(input_size[2:], grad_output.shape[2:], call.align_corners,
+                         call.scales, compute, grad_output.device, transposed=True)
+        src = grad_output
+        passes = [axis for axis in (4, 3, 2) if maps[axis - 2] is not None]
+        for axis in passes:
+            shape = list(src.shape)
+            shape[axis] = input_size[axis]
+            dst = grad_input if axis == passes[-1] else new_volume(shape, compute, grad_output)
+            _adjoint_pass(src, dst, axis, maps[axis - 2])
+            src = dst
     return grad_input
 
 

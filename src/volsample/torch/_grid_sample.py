@@ -77,8 +77,7 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
 @_common.register_kernel(grid_sampler_3d, "cuda")
 def _grid_sampler_3d_cuda(input, grid, interpolation_mode, padding_mode, align_corners):
     call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
-    return _common.gpu_backend("grid_sample").forward(input, grid, call.mode, call.padding,
-                                                      call.align_corners)
+    return _common.gpu_backend("grid_sample").forward(call, input, grid)
 
 
 @_common.register_fake(grid_sampler_3d)
@@ -107,8 +106,7 @@ def _grid_sampler_3d_backward_cuda(grad_output, input, grid, interpolation_mode,
     call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                               align_corners, output_mask)
     return _returned(_common.gpu_backend("grid_sample").backward(
-        grad_output, input, grid, call.mode, call.padding, call.align_corners, call.output_mask,
-        _config.get_deterministic()), input, grid)
+        call, grad_output, input, grid, _config.get_deterministic()), input, grid)
 
 
 @_common.register_fake(grid_sampler_3d_backward)

@@ -64,8 +64,7 @@ def upsample_trilinear3d(input, output_size, align_corners, scales=None):
 @_common.register_kernel(upsample_trilinear3d, "cuda")
 def _upsample_trilinear3d_cuda(input, output_size, align_corners, scales=None):
     call = _describe(input, output_size, align_corners, scales)
-    return _common.gpu_backend("upsample").forward(input, call.output_shape[2:],
-                                                   call.align_corners, scales and call.scales)
+    return _common.gpu_backend("upsample").forward(call, input)
 
 
 @_common.register_fake(upsample_trilinear3d)
@@ -90,8 +89,7 @@ def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales
 @_common.register_kernel(upsample_trilinear3d_backward, "cuda")
 def _upsample_trilinear3d_backward_cuda(grad_output, input_size, align_corners, scales=None):
     call = _describe_backward(grad_output, input_size, align_corners, scales)
-    return _common.gpu_backend("upsample").backward(grad_output, call.input_shape,
-                                                    call.align_corners, call.scales,
+    return _common.gpu_backend("upsample").backward(call, grad_output,
                                                     _config.get_deterministic())
 
 
