@@ -39,7 +39,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.record:
         subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu.py"), "--threads", "2",
-                        "--json", str(RECORDED)], check=True)
+                        "--json", str(RECORDED.relative_to(ROOT))], check=True, cwd=ROOT)
     readme = README.read_text()
     if args.check:
         if drawn(readme) != readme:

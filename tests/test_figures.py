@@ -34,6 +34,10 @@ def test_readme_table_is_the_recorded_run():
     assert figures.drawn(readme) == readme, "run: python benchmarks/figures.py"
 
 
+def test_every_peer_has_a_title_in_the_drawn_table():
+    assert set(bench._PEER_TITLES) == set(bench.PEERS)
+
+
 def test_a_changed_recording_changes_readme(tmp_path):
     # The check can fail: a recorded run with another time draws another table.
     figures = _figures()

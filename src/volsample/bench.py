@@ -753,9 +753,12 @@ def format_table(results) -> str:
 
 
 # README's names of the peers, in the order of its columns
-_PEER_TITLES = {"volsample-grid": "volsample's grid sampler", "pytorch": "PyTorch",
-                "scipy": "SciPy", "volresample": "volresample", "simpleitk": "SimpleITK",
-                "jax": "JAX"}
+_PEER_TITLES = {"volsample-grid": "volsample's grid sampler",
+                "volsample-trilinear": "volsample trilinear",
+                "volsample-numpy": "volsample's NumPy API",
+                "volsample-patch": "F.grid_sample under patch()", "pytorch": "PyTorch",
+                "scipy": "SciPy", "torch-interpol": "torch-interpol",
+                "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "JAX"}
 
 
 def _duration(seconds: float) -> str:
@@ -770,7 +773,7 @@ def markdown_report(meta: dict, results) -> str:
     load = meta["load_average"]
     peers = [p for p in PEERS if any(r.implementation == p for r in results)]
     versions = ", ".join(f"{_PEER_TITLES[p]} {m['peers'][p]}" for p in peers
-                         if p != "volsample-grid")
+                         if not p.startswith("volsample-"))  # volsample's own: one version
     lines = [
         f"Recorded {meta['recorded'][:10]} by `{meta['command']}`: volsample {m['volsample']} "
         f"on {m['cpu']} ({m['logical_cpus']} logical CPUs, {m['isa']} kernels), "
