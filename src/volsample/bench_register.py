@@ -228,7 +228,7 @@ def dice_per_label(fixed_labels: np.ndarray, warped_labels: np.ndarray) -> dict[
 
 
 def map_error(pair: TemplatePair, psi: np.ndarray) -> float:
-    """Mean |phi(psi(x)) - x| (mm) over the brain's fixed voxels, psi (D, H, W, 3) the
+    """Mean ``|phi(psi(x)) - x|`` (mm) over the brain's fixed voxels, psi (D, H, W, 3) the
     moving world point a tool assigns to every fixed voxel."""
     x = _world(pair.fixed.shape, pair.fixed_affine)[pair.brain]
     return float(np.mean(np.linalg.norm(pair.known(psi[pair.brain]) - x, axis=-1)))
