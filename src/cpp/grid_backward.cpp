@@ -240,16 +240,7 @@ struct Backward {
       if (!touches) return;  // nothing to do: the grid gradient is 0, as its caller left it
       if (GATHER) reader.emplace(f, kernel.a.input.stride);
       if (SCATTER) {
-        using I = index_of<V>;
-        const int64_t* s = kernel.a.grad_input.stride;
-        I yo[kTaps], zo[kTaps];
-        for (int t = 0; t < kTaps; ++t) {
-          store_(gi_column[t], to_index(f.voxel[0][t]) * I(s[4]));
-          yo[t] = to_index(f.voxel[1][t]) * I(s[3]);
-          zo[t] = to_index(f.voxel[2][t]) * I(s[2]);
-        }
-        for (int z = 0; z < kTaps; ++z)
-          for (int y = 0; y < kTaps; ++y) store_(gi_row[kTaps * z + y], zo[z] + yo[y]);
+        f.offsets(kernel.a.grad_input.stride, gi_row, gi_column);
         const unsigned live = unsigned((uint64_t(1) << valid) - 1);
         for (int axis = 0; axis < 3; ++axis)
           for (int t = 0; t < kTaps; ++t) {

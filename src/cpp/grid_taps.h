@@ -148,6 +148,21 @@ struct TapFootprint {
     }
   }
 
+  // Element offsets of the taps in an operand of strides s: row[4 z + y] of z tap z and
+  // y tap y (its x tap 0), and column[k] of x tap k within a row.
+  void offsets(const int64_t* s, index_lane_of<V> (*row)[lanes<V>::count],
+               index_lane_of<V> (*column)[lanes<V>::count]) const {
+    using I = index_of<V>;
+    I yo[kTaps], zo[kTaps];
+    for (int k = 0; k < kTaps; ++k) {
+      store_(column[k], to_index(voxel[0][k]) * I(s[4]));
+      yo[k] = to_index(voxel[1][k]) * I(s[3]);
+      zo[k] = to_index(voxel[2][k]) * I(s[2]);
+    }
+    for (int z = 0; z < kTaps; ++z)
+      for (int y = 0; y < kTaps; ++y) store_(row[kTaps * z + y], zo[z] + yo[y]);
+  }
+
   // Whether any tap reads the volume, per lane.
   M any() const {
     M axes[3];
@@ -162,7 +177,6 @@ struct TapFootprint {
 template <int MODE, class V>
 struct TapReader {
   using T = scalar_of<V>;
-  using I = index_of<V>;
   using M = mask_of<V>;
   static constexpr int L = lanes<V>::count;
   alignas(64) index_lane_of<V> row[kTaps * kTaps][L];  // element offset of row j = 4 z + y
@@ -171,18 +185,11 @@ struct TapReader {
 
   TapReader() = default;
   TapReader(const TapFootprint<MODE, V>& f, const int64_t* s) {
-    I yo[kTaps], zo[kTaps];
-    for (int k = 0; k < kTaps; ++k) {
-      store_(column[k], to_index(f.voxel[0][k]) * I(s[4]));
-      yo[k] = to_index(f.voxel[1][k]) * I(s[3]);
-      zo[k] = to_index(f.voxel[2][k]) * I(s[2]);
-    }
+    f.offsets(s, row, column);
     for (int z = 0; z < kTaps; ++z)
-      for (int y = 0; y < kTaps; ++y) {
-        store_(row[kTaps * z + y], zo[z] + yo[y]);
+      for (int y = 0; y < kTaps; ++y)
         for (int x = 0; x < kTaps; ++x)
           on[kTaps * z + y][x] = f.reads[2][z] & f.reads[1][y] & f.reads[0][x];
-      }
   }
 
   // Row j's four values (converted from S) in out; `base`: the channel's first voxel.
