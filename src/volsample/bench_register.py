@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from . import registration
+from .bench import rotation
 
 TOOLS = ("volsample", "ants-syn")
 _TOOL_MODULES = {"volsample": "nibabel", "ants-syn": "ants"}
@@ -75,14 +76,6 @@ def available_tools() -> dict[str, bool]:
 # ---------------------------------------------------------------------------------------
 
 
-def _rotation(angles):
-    a, b, c = angles
-    rx = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
-    ry = np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]])
-    rz = np.array([[np.cos(c), -np.sin(c), 0], [np.sin(c), np.cos(c), 0], [0, 0, 1]])
-    return rz @ ry @ rx
-
-
 @dataclasses.dataclass(frozen=True)
 class KnownMap:
     """phi(y) = linear (y - centre) + centre + shift + u(y), world mm to world mm; u is a sum
@@ -98,7 +91,7 @@ class KnownMap:
     @classmethod
     def default(cls, centre) -> KnownMap:
         rng = np.random.default_rng(35)
-        return cls(_rotation(_ROTATION) @ np.diag(_SCALING), np.asarray(centre, float),
+        return cls(rotation(_ROTATION) @ np.diag(_SCALING), np.asarray(centre, float),
                    np.array(_SHIFT), rng.uniform(2 * np.pi / 200, 2 * np.pi / 100, (3, 3)),
                    rng.uniform(0, 2 * np.pi, (3, 3)), _FIELD_PEAK_MM)
 
