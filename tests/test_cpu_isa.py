@@ -13,6 +13,7 @@ from helpers import assert_bitwise_equal
 
 import volsample
 from volsample import _cpu
+from volsample._tables import MODES, PADDINGS
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 # (volume dtype, grid dtype): each dtype, and 16-bit volumes beside float32/float64 grids.
@@ -45,13 +46,15 @@ def _volume(rng, logical_shape, dtype, layout, strided):
 
 def _grid_sample_results(dtype, grid_dtype, layout, strided, rng):
     """Forward, grad_input and grad_grid of every mode, padding and align_corners, at each
-    width: points in and around [-1, 1], some far outside, one NaN."""
-    modes = list(itertools.product(["bilinear", "nearest"], ["zeros", "border", "reflection"],
-                                   [False, True]))
+    width: points in and around [-1, 1], some on voxel centres and edges (a cubic tap's
+    weight is then exactly 0 or 1), some far outside, one NaN."""
+    modes = list(itertools.product(MODES.names(), PADDINGS.names(), [False, True]))
     cases = []
     for width in WIDTHS:
         x = _volume(rng, (2, 3, 5, 4, width), dtype, layout, strided)
         grid = rng.uniform(-1.3, 1.3, (2, 3, 2, 2 * width if strided else width, 3))
+        exact = grid.reshape(-1, 3)[::7]
+        exact[...] = rng.choice([-1.0, 0.0, 1.0, -3.5, 2.25], size=exact.shape)
         grid[0, 0, 0, 0] = (0.0, np.nan, 0.5)
         grid[1, 2, 1, -1] = (5.0, -7.0, 40.0)
         grid = grid.astype(grid_dtype)[:, :, :, ::2] if strided else grid.astype(grid_dtype)

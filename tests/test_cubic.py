@@ -15,7 +15,7 @@ from helpers import assert_bitwise_equal, assert_close
 from scipy import ndimage
 
 import volsample
-from volsample import _calls, _coords, _cpu
+from volsample import _calls, _coords
 from volsample import _reference as reference
 from volsample._cpu import grid_sample as cpu_grid
 from volsample._tables import MODES as MODE_TABLE
@@ -321,52 +321,6 @@ def test_thread_counts_give_the_same_bits(strategy, mode, padding_mode, align_co
     expected = reference.grid_sample_3d_backward(grad_out, x, grid, mode, padding_mode,
                                                  align_corners)
     assert_close("grad_input", results[2][1], expected[0], 2e-5, 2e-5)
-
-
-OTHER_ISAS = [isa for isa in _cpu.supported_isas() if isa != "scalar"]
-
-
-@pytest.mark.skipif(not OTHER_ISAS, reason="this CPU runs only the scalar path")
-@pytest.mark.parametrize("isa", OTHER_ISAS)
-@pytest.mark.parametrize("dtype,grid_dtype", [(np.float32, np.float32), (np.float64, np.float64),
-                                              (np.float16, np.float16), (BF16, BF16),
-                                              (np.float16, np.float32), (BF16, np.float64)],
-                         ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
-def test_every_isa_gives_the_scalar_bits(isa, dtype, grid_dtype, layout):
-    rng = np.random.default_rng(23)
-    cases = []
-    for width in (1, 7, 17, 33):
-        x = rng.standard_normal((2, 3, 5, 4, 2 * width)).astype(dtype)
-        if layout == "NDHWC":
-            x = np.ascontiguousarray(x.transpose(0, 2, 3, 4, 1))[:, ::-1, :, ::2]
-        else:
-            x = x[:, :, ::-1, :, ::2]
-        grid = _grid(rng, (2, 3, 2, width, 3), 1.3)
-        grid[0, 0, 0, 0] = (0.0, np.nan, 0.5)
-        grid[1, 2, 1, -1] = (5.0, -7.0, 40.0)
-        grid = grid.astype(grid_dtype)
-        shape = (2, 3, 3, 2, width) if layout == "NCDHW" else (2, 3, 2, width, 3)
-        cases.append((x, grid, rng.standard_normal(shape).astype(dtype)))
-
-    def run():
-        out = []
-        for (x, grid, grad_out), (mode, padding, align) in itertools.product(cases, ALL_MODES):
-            out.append(volsample.grid_sample_3d(x, grid, mode, padding, align, layout=layout))
-            out.extend(volsample.grid_sample_3d_backward(grad_out, x, grid, mode, padding, align,
-                                                         layout=layout))
-        return out
-
-    previous = _cpu.isa()
-    try:
-        _cpu.set_isa("scalar")
-        expected = run()
-        _cpu.set_isa(isa)
-        actual = run()
-    finally:
-        _cpu.set_isa(previous)
-    for i, (a, b) in enumerate(zip(actual, expected)):
-        assert_bitwise_equal(f"result {i}", a, b)
 
 
 # ---------------------------------------------------------------------------------------
