@@ -2,9 +2,9 @@
 ``volsample::grid_sampler_3d`` and ``volsample::grid_sampler_3d_backward``.
 
 The ops mirror ``aten::grid_sampler_3d`` and its backward (kernel integers of
-``volsample._tables``: interpolation 0 bilinear, 1 nearest; padding 0 zeros, 1 border,
-2 reflection). Each builds the call's checked description (``volsample._calls``) and hands
-it to a backend: the C++ kernels for CPU tensors (through NumPy views of their memory),
+``volsample._tables``: interpolation 0 bilinear, 1 nearest, 2 bicubic, 3 bspline; padding
+0 zeros, 1 border, 2 reflection). Each builds the call's checked description
+(``volsample._calls``) and hands it to a backend: the C++ kernels for CPU tensors (through NumPy views of their memory),
 the Triton kernels for CUDA tensors; fake implementations give torch.compile the result
 shapes, dtypes and memory formats. Semantics: docs/semantics.md.
 """
@@ -32,7 +32,7 @@ def _describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _
     mode = MODES.check_code(interpolation_mode, "interpolation_mode")
     padding = PADDINGS.check_code(padding_mode)
     return _calls.grid_sample(*operands, mode, padding, align_corners, _common.layout(input),
-                              shape_order="NCDHW", dialect=_common.TORCH)
+                              shape_order="NCDHW", dialect=_common.TORCH, cubic=True)
 
 
 @_common.cached_description
@@ -46,7 +46,7 @@ def _describe_backward(grad_output, input, grid, interpolation_mode, padding_mod
     padding = PADDINGS.check_code(padding_mode)
     return _calls.grid_sample_backward(*operands, mode, padding, align_corners, output_mask,
                                        _common.layout(input), shape_order="NCDHW",
-                                       dialect=_common.TORCH)
+                                       dialect=_common.TORCH, cubic=True)
 
 
 def _gradients(call, input, grid):
@@ -143,6 +143,13 @@ def _check_tangent(grid_tangent, grid):
     _checks.shape_equal("grid_tangent", grid_tangent.shape, grid.shape, "grid's shape")
 
 
+def _second_order_available(call):
+    if MODES.of(call.mode).taps > 2:
+        raise NotImplementedError(
+            f"volsample.torch: forward-mode AD and second derivatives of grid sampling are not "
+            f"available in mode {MODES.of(call.mode).name!r} yet (first derivatives are)")
+
+
 @_common.custom_op("grid_sampler_3d_jvp", _JVP_SCHEMA, devices=("cpu", "cuda"))
 @_common.raises_torch_errors(_common.GRID_SAMPLER)
 def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_mode,
@@ -151,6 +158,7 @@ def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_m
     of directions); 0 for nearest sampling. The input's shape, dtype and memory format."""
     call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
     _check_tangent(grid_tangent, grid)
+    _second_order_available(call)
     if not call.grid_gradient:
         return _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode,
                                          padding_mode, align_corners).zero_()
@@ -181,6 +189,7 @@ def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpo
                               align_corners, output_mask)
     want_input, want_grid = call.output_mask
     _check_tangent(grid_tangent, grid)
+    _second_order_available(call)
     if not call.grid_gradient:
         grad_input, grad_grid = _grid_sampler_3d_backward_fake(
             grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
@@ -431,10 +440,13 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     grid : Tensor, shape (N, Do, Ho, Wo, 3)
         Normalised sample coordinates (x, y, z) in [-1, 1]; x indexes W, y H and z D.
         ``input``'s dtype, or float32/float64 beside a 16-bit ``input``.
-    mode : {"bilinear", "nearest"}
+    mode : {"bilinear", "nearest", "bicubic", "bspline"}
         "bilinear" is trilinear interpolation; "nearest" rounds half to even. "trilinear"
         is accepted as another name of "bilinear" (``F.grid_sample`` under ``patch()``
-        keeps PyTorch's names and refuses it, as PyTorch does).
+        keeps PyTorch's names and refuses it, as PyTorch does). "bicubic" is PyTorch's
+        4-D bicubic (cubic convolution, A = -0.75) carried to 3-D, over the 4x4x4
+        neighbours, each padded on its own; "bspline" weighs the same neighbours with the
+        cubic B-spline, ``input`` read as its coefficients (``spline_coefficients``).
     padding_mode : {"zeros", "border", "reflection"}
         What points outside the volume read.
     align_corners : bool or None
