@@ -157,6 +157,12 @@ def _opcheck_samples():
             (fmt, ops.grid_sampler_3d_backward,
              (go, x.detach(), grid.detach(), code, 2, True, [False, True])),
         ]
+        tangent = torch.randn(grid.shape, generator=gen)
+        samples += [  # the grid-direction derivative ops (no autograd of their own)
+            (fmt, ops.grid_sampler_3d_jvp, (x.detach(), grid.detach(), tangent, code, 1, True)),
+            (fmt, ops.grid_sampler_3d_backward_jvp,
+             (go, x.detach(), grid.detach(), tangent, code, 0, False, [True, True])),
+        ]
     bf16 = torch.randn(1, 2, 4, 3, 5, generator=gen).bfloat16().requires_grad_()
     samples.append(("bf16", ops.grid_sampler_3d,
                     (bf16, _grid(gen, (1, 2, 2, 2), 1.2, torch.float32), 2, 1, False)))
@@ -216,3 +222,123 @@ def test_points_outside_and_non_finite_read_nothing():
         assert_close("output", out.detach().numpy(), np.zeros(out.shape), 0, 0)
         assert_close("grad_input", gi.numpy(), np.zeros(gi.shape), 0, 0)
         assert_close("grad_grid", gg.numpy(), np.zeros(gg.shape), 0, 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Forward-mode AD and second derivatives
+# ---------------------------------------------------------------------------------------
+
+# Axis sizes whose unnormalising is exact in float64 (S = 4 without align_corners, S - 1 = 4
+# with), so that whole voxel coordinates stay whole: the points sit exactly on tap
+# boundaries.
+EXACT_SIZE = {False: 4, True: 5}
+
+
+def tap_boundary_grid(gen, shape, size, align_corners):
+    """Points whose voxel coordinates are whole numbers from -2 to size + 1 (on tap
+    boundaries: a tap enters or leaves the footprint there; inside and outside the volume)
+    on some axes, and at fractions 0.3 / 0.7 on the others."""
+    voxel = torch.randint(-2, size + 2, shape + (3,), generator=gen).double()
+    fractional = torch.rand(shape + (3,), generator=gen) < 0.4
+    voxel = voxel + fractional * torch.where(torch.rand(shape + (3,), generator=gen) < 0.5,
+                                             0.3, 0.7)
+    grid = 2 * voxel / (size - 1) - 1 if align_corners else (2 * voxel + 1) / size - 1
+    back = (grid + 1) / 2 * (size - 1) if align_corners else ((grid + 1) * size - 1) / 2
+    assert torch.equal(back, voxel)  # the whole coordinates are exactly whole
+    return grid
+
+
+def _sampler(mode, padding_mode, align_corners):
+    return lambda a, b: vt.grid_sample(a, b, mode, padding_mode, align_corners)
+
+
+@pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
+def test_gradgradcheck_and_forward_ad(mode, padding_mode, align_corners):
+    """Finite differences of the first derivatives (double backward) and of the forward
+    (forward mode), points inside and outside the volume, away from tap boundaries."""
+    gen = torch.Generator().manual_seed(10)
+    x = torch.randn(1, 2, 3, 4, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    grid = kink_free_grid(gen, (1, 2, 2, 2), (3, 4, 3), align_corners).requires_grad_()
+    fn = _sampler(mode, padding_mode, align_corners)
+    assert torch.autograd.gradcheck(fn, (x, grid), check_forward_ad=True,
+                                    check_batched_forward_grad=False)
+    assert torch.autograd.gradgradcheck(fn, (x, grid))
+
+
+@pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
+def test_derivatives_on_tap_boundaries(mode, padding_mode, align_corners):
+    """On whole voxel coordinates, where taps enter and leave the footprint. Both kernels
+    are continuously differentiable there, so forward AD and the first derivatives match
+    central differences; the B-spline is twice so, and its double backward does too. The
+    bicubic kernel's second derivative jumps where a tap leaves (at distance 2 it is 2A on
+    the inside, 0 beyond): its second derivatives are those of the piece the point starts
+    (t = x - floor(x) = 0), which one-sided differences of the grid gradient measure."""
+    gen = torch.Generator().manual_seed(11)
+    S = EXACT_SIZE[align_corners]
+    x = torch.randn(1, 2, S, S, S, generator=gen, dtype=torch.float64, requires_grad=True)
+    grid = tap_boundary_grid(gen, (1, 2, 2, 2), S, align_corners).requires_grad_()
+    fn = _sampler(mode, padding_mode, align_corners)
+    assert torch.autograd.gradcheck(fn, (x, grid), check_forward_ad=True,
+                                    check_batched_forward_grad=False)
+    if mode == "bspline":
+        assert torch.autograd.gradgradcheck(fn, (x, grid))
+        return
+    go = torch.randn(1, 2, 2, 2, 2, generator=gen, dtype=torch.float64)
+    direction = torch.rand(grid.shape, generator=gen, dtype=torch.float64)  # >= 0: one side
+
+    def grad_grid(g):  # torch.func's, so that jvp can run through it
+        return torch.func.vjp(lambda points: fn(x.detach(), points), g)[1](go)[0]
+
+    first = torch.autograd.grad(fn(x, grid), grid, go, create_graph=True)[0]
+    analytic = torch.autograd.grad(first, grid, direction)[0]  # Hessian . direction
+    hessian_direction = torch.func.jvp(grad_grid, (grid.detach(),), (direction,))[1]
+    step = 1e-7
+    one_sided = (grad_grid(grid.detach() + step * direction) - grad_grid(grid.detach())) / step
+    check("double backward", analytic, one_sided, 1e-5, 1e-5)
+    check("forward over reverse", hessian_direction, one_sided, 1e-5, 1e-5)
+
+
+@pytest.mark.parametrize("mode", CUBIC)
+def test_second_derivatives_of_the_grid_are_the_references(mode):
+    """The grid-grid second derivatives against central differences of the float64
+    reference's grid gradient (an oracle apart from the C++ kernels and the torch terms)."""
+    from volsample import _reference as reference
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(1, 2, 4, 5, 3, generator=gen, dtype=torch.float64)
+    grid = kink_free_grid(gen, (1, 2, 3, 2), (4, 5, 3), False)
+    go = torch.randn(1, 2, 2, 3, 2, generator=gen, dtype=torch.float64)
+    direction = torch.randn(grid.shape, generator=gen, dtype=torch.float64)
+    g = grid.clone().requires_grad_()
+    first = torch.autograd.grad(vt.grid_sample(x, g, mode, "reflection", False), g, go,
+                                create_graph=True)[0]
+    analytic = torch.autograd.grad(first, g, direction)[0]
+    step = 1e-6
+
+    def reference_grad_grid(points):
+        return reference.grid_sample_3d_backward(go.numpy(), x.numpy(), points.numpy(), mode,
+                                                 "reflection", False)[1]
+    numeric = (reference_grad_grid(grid + step * direction)
+               - reference_grad_grid(grid - step * direction)) / (2 * step)
+    assert_close("d(grad_grid)/d(grid) . direction", analytic.numpy(), numeric, 1e-6, 1e-7)
+
+
+@pytest.mark.parametrize("mode", CUBIC)
+def test_derivative_terms_in_chunks_of_points_are_the_whole(monkeypatch, mode):
+    """The 64-tap terms run in chunks of points that bound their temporaries: a chunk of
+    one point (every boundary a chunk boundary) gives the results of one chunk."""
+    from volsample.torch import _grid_derivatives
+    gen = torch.Generator().manual_seed(13)
+    x = torch.randn(2, 3, 4, 5, 3, generator=gen, dtype=torch.float64)
+    grid = _grid(gen, (2, 3, 2, 2))
+    t = torch.randn(grid.shape, generator=gen, dtype=torch.float64)
+    go = torch.randn(2, 3, 3, 2, 2, generator=gen, dtype=torch.float64)
+    code = MODE_TABLE[mode].code
+
+    def terms():
+        return (ops.grid_sampler_3d_jvp(x, grid, t, code, 0, False),
+                *ops.grid_sampler_3d_backward_jvp(go, x, grid, t, code, 0, False, [True, True]))
+    whole = terms()
+    monkeypatch.setattr(_grid_derivatives, "_CHUNK_ELEMENTS", 1)
+    for name, a, b in zip(("jvp", "grad_input", "grad_grid"), terms(), whole):
+        assert b.abs().max() > 0
+        check(name, a, b, 1e-14, 1e-14)

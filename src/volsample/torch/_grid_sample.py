@@ -123,8 +123,8 @@ def _unasked(like: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------
-# Derivatives along a grid direction (trilinear; what forward-mode AD and the double
-# backward need beyond the forward and backward ops). Plain torch ops, on every device.
+# Derivatives along a grid direction (what forward-mode AD and the double backward need
+# beyond the forward and backward ops). Plain torch ops, on every device.
 # ---------------------------------------------------------------------------------------
 
 _JVP_SCHEMA = ("(Tensor input, Tensor grid, Tensor grid_tangent, int interpolation_mode, "
@@ -143,13 +143,6 @@ def _check_tangent(grid_tangent, grid):
     _checks.shape_equal("grid_tangent", grid_tangent.shape, grid.shape, "grid's shape")
 
 
-def _second_order_available(call):
-    if MODES.of(call.mode).taps > 2:
-        raise NotImplementedError(
-            f"volsample.torch: forward-mode AD and second derivatives of grid sampling are not "
-            f"available in mode {MODES.of(call.mode).name!r} yet (first derivatives are)")
-
-
 @_common.custom_op("grid_sampler_3d_jvp", _JVP_SCHEMA, devices=("cpu", "cuda"))
 @_common.raises_torch_errors(_common.GRID_SAMPLER)
 def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_mode,
@@ -158,12 +151,11 @@ def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_m
     of directions); 0 for nearest sampling. The input's shape, dtype and memory format."""
     call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
     _check_tangent(grid_tangent, grid)
-    _second_order_available(call)
     if not call.grid_gradient:
         return _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode,
                                          padding_mode, align_corners).zero_()
-    out = _grid_derivatives.forward_grid_jvp(input, grid, grid_tangent, padding_mode,
-                                             align_corners)
+    out = _grid_derivatives.forward_grid_jvp(input, grid, grid_tangent, call.mode,
+                                             call.padding, call.align_corners)
     return out.contiguous(memory_format=_common.memory_format(input))
 
 
@@ -189,15 +181,14 @@ def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpo
                               align_corners, output_mask)
     want_input, want_grid = call.output_mask
     _check_tangent(grid_tangent, grid)
-    _second_order_available(call)
     if not call.grid_gradient:
         grad_input, grad_grid = _grid_sampler_3d_backward_fake(
             grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
             output_mask)
         return grad_input.zero_(), grad_grid.zero_()
     grad_input, grad_grid = _grid_derivatives.backward_grid_jvp(
-        grad_output, input, grid, grid_tangent, padding_mode, align_corners, want_input,
-        want_grid)
+        grad_output, input, grid, grid_tangent, call.mode, call.padding, call.align_corners,
+        want_input, want_grid)
     return (_unasked(input) if grad_input is None
             else grad_input.contiguous(memory_format=_common.memory_format(input)),
             _unasked(grid) if grad_grid is None else grad_grid)
@@ -384,10 +375,15 @@ class _GridSampler3dBackward(_common.Function):
             gi, gg = _backward_grid_jvp(grad_output, input, grid, grid_tangent, *ctx.modes,
                                         ctx.output_mask)
             grad_input, grad_grid = _add(grad_input, gi), _add(grad_grid, gg)
+        # A gradient not asked for is a non-differentiable output: its tangent is None.
         zeros = _grid_sampler_3d_backward_fake(grad_output, input, grid, *ctx.modes,
                                                ctx.output_mask)
-        return (grad_input if want_input and grad_input is not None else zeros[0].zero_(),
-                grad_grid if want_grid and grad_grid is not None else zeros[1].zero_())
+        return (None if not want_input else _or_zero(grad_input, zeros[0]),
+                None if not want_grid else _or_zero(grad_grid, zeros[1]))
+
+
+def _or_zero(tangent, empty):
+    return empty.zero_() if tangent is None else tangent
 
 
 class _ThirdOrderUnsupported(_common.Function):
