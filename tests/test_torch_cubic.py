@@ -202,17 +202,25 @@ def test_cuda_tensors_go_to_the_triton_launchers(monkeypatch, mode):
 
 
 def test_points_outside_and_non_finite_read_nothing():
-    """Far outside under zeros padding, and NaN/inf points: output 0, no gradient."""
+    """Far outside under zeros padding, NaN/inf points, and a coordinate whose unnormalising
+    overflows to infinity: output 0, no gradient, and no forward-AD tangent or second
+    derivative either."""
     x = torch.randn(1, 2, 4, 4, 4, dtype=torch.float64, requires_grad=True)
     grid = torch.tensor([[5.0, 0, 0], [float("nan"), 0, 0], [0, float("inf"), 0],
-                         [0, 0, -float("inf")]], dtype=torch.float64).view(1, 1, 1, 4, 3)
+                         [0, 0, -float("inf")], [0, 1e308, 0]],
+                        dtype=torch.float64).view(1, 1, 1, 5, 3)
     grid.requires_grad_()
+    direction = torch.ones_like(grid)
     for mode in CUBIC:
         out = vt.grid_sample(x, grid, mode, "zeros", False)
-        gi, gg = torch.autograd.grad(out.sum(), (x, grid))
-        assert_close("output", out.detach().numpy(), np.zeros(out.shape), 0, 0)
-        assert_close("grad_input", gi.numpy(), np.zeros(gi.shape), 0, 0)
-        assert_close("grad_grid", gg.numpy(), np.zeros(gg.shape), 0, 0)
+        gi, gg = torch.autograd.grad(out.sum(), (x, grid), create_graph=True)
+        second = torch.autograd.grad(gg, (x, grid), direction)
+        _, tangent = torch.func.jvp(lambda g: vt.grid_sample(x.detach(), g, mode, "zeros", False),
+                                    (grid.detach(),), (direction,))
+        for name, t in [("output", out), ("grad_input", gi), ("grad_grid", gg),
+                        ("d grad_grid/d input", second[0]), ("d grad_grid/d grid", second[1]),
+                        ("tangent", tangent)]:
+            assert_close(name, t.detach().numpy(), np.zeros(t.shape), 0, 0)
 
 
 # ---------------------------------------------------------------------------------------
