@@ -101,6 +101,22 @@ def test_device_path_is_the_numpy_prefilter_to_round_off(padding_mode, align_cor
         check(f"adjoint={adjoint}", got, expected, 1e-14, 1e-14)
 
 
+def test_torch_func_transforms():
+    """vmap (the vmapped dimension folded into N) is the loop over the batch; the Jacobians
+    of both AD modes agree, and the Jacobian applied to v is the prefilter of v (linear)."""
+    gen = torch.Generator().manual_seed(5)
+    batch = torch.randn(3, 1, 2, 3, 2, 4, generator=gen, dtype=torch.float64)
+
+    def fn(a):
+        return vt.spline_coefficients(a, "reflection", False)
+    check("vmap", torch.func.vmap(fn)(batch), torch.stack([fn(v) for v in batch]), 0, 0)
+    v = batch[0]
+    reverse, forward = torch.func.jacrev(fn)(v), torch.func.jacfwd(fn)(v)
+    check("jacfwd", forward, reverse, 1e-15, 1e-15)
+    matrix = reverse.reshape(v.numel(), v.numel())
+    check("J v", (matrix @ v.flatten()).reshape(v.shape), fn(v), 1e-14, 1e-14)
+
+
 def test_other_devices_take_the_torch_ops_path():
     """A meta tensor (as a CUDA one) never reaches NumPy: shape, dtype, format."""
     v = torch.empty(1, 2, 3, 4, 5, device="meta").contiguous(memory_format=torch.channels_last_3d)

@@ -80,6 +80,13 @@ class _Prefilter(_common.Function):
     def jvp(ctx, tangent, *_):
         return _Prefilter.apply(tangent, *ctx.arguments)
 
+    @staticmethod
+    def vmap(info, in_dims, volume, padding, align_corners, adjoint):
+        # Each (n, c) volume is filtered alone: the vmapped dimension folds into N.
+        folded, = _common.fold_into_n(info.batch_size, in_dims[:1], (volume,))
+        return _common.unfold_n(_Prefilter.apply(folded, padding, align_corners, adjoint),
+                                info.batch_size)
+
 
 def spline_coefficients(volume: torch.Tensor, padding_mode: str = "border",
                         align_corners: bool = False) -> torch.Tensor:
@@ -111,7 +118,7 @@ def spline_coefficients(volume: torch.Tensor, padding_mode: str = "border",
     CPU tensors run ``volsample.spline_coefficients`` (the same bits); CUDA tensors the
     same linear map as a float64 matrix product per axis on the device (equal to float64
     round-off). Not an op of ``torch.ops.volsample``: ``torch.compile`` runs it eagerly,
-    with a graph break.
+    with a graph break. ``torch.func`` transforms (``vmap``, ``jacrev``, ``jacfwd``) work.
 
     Examples
     --------
