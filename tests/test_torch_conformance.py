@@ -180,8 +180,8 @@ WORDING = [
      r"Input Error: Only 3D, 4D and 5D input Tensors supported \(got 6D\)", False, "input"),
     # PyTorch's test: test_grid_sample_error_checking ("expected grid and input to have same
     # batch size", "expected grid to have size 2 in last dimension" on 4-D, "expected input to
-    # have non-empty spatial dimensions", "but got: 'garbage'", "bicubic interpolation only
-    # supports 4D input")
+    # have non-empty spatial dimensions", "but got: 'garbage'"; its "bicubic interpolation
+    # only supports 4D input" is volsample's 5-D bicubic, test_torch_cubic.py)
     ("batch", grid_sample(X, GRID.expand(2, -1, -1, -1, -1)),
      r"grid_sampler\(\): expected grid and input to have same batch size", True, "grid"),
     ("grid last dim", grid_sample(X, GRID[..., :2]),
@@ -203,8 +203,17 @@ WORDING = [
     ("padding_mode", grid_sample(X, GRID, padding_mode="garbage"),
      r"nn\.functional\.grid_sample\(\): expected padding_mode to be .*, but got: 'garbage'",
      False, "padding_mode"),
-    ("bicubic", grid_sample(X, GRID, mode="bicubic"),
-     r"grid_sampler\(\): bicubic interpolation only supports 4D input", False, "mode"),
+    # 5-D bicubic (volsample's under patch()): PyTorch's checks of the grid come first
+    ("bicubic batch", grid_sample(X, GRID.expand(2, -1, -1, -1, -1), mode="bicubic"),
+     r"grid_sampler\(\): expected grid and input to have same batch size", True, "grid"),
+    ("bicubic grid last dim", grid_sample(X, GRID[..., :2], mode="bicubic"),
+     r"grid_sampler\(\): expected grid to have size 3 in last dimension", True, "grid"),
+    ("bicubic align_corners str", grid_sample(X, GRID, mode="bicubic", align_corners="yes"),
+     r"grid_sampler\(\): argument 'align_corners' \(position 5\) must be bool, not str", True,
+     "align_corners"),
+    ("bicubic padding_mode", grid_sample(X, GRID, mode="bicubic", padding_mode="garbage"),
+     r"nn\.functional\.grid_sample\(\): expected padding_mode to be .*, but got: 'garbage'",
+     False, "padding_mode"),
     ("grid_sample int input", grid_sample(X.int(), GRID), NOT_IMPLEMENTED, False, "input"),
     ("grid 4-D", grid_sample(X, GRID[:, 0]),
      r"grid_sampler\(\): expected 5D input and grid with same number of dimensions", False,

@@ -245,6 +245,48 @@ def test_patch_trains_a_spatial_transformer_like_pytorch(monkeypatch):
     check("losses", patched, reference, 1e-5)
 
 
+@pytest.mark.parametrize("padding_mode", PADDINGS)
+@pytest.mark.parametrize("align_corners", [False, True, None])
+def test_patch_routes_5d_bicubic(monkeypatch, padding_mode, align_corners):
+    """PyTorch 2.13 raises "bicubic interpolation only supports 4D input" for 5-D bicubic;
+    under patch() it is volsample's, values and gradients (align_corners None: False)."""
+    calls = []
+    real = vt._patch.grid_sample
+    monkeypatch.setattr(vt._patch, "grid_sample", lambda *a: calls.append(a[2]) or real(*a))
+    x, grid = _grid_problem(16, bool(align_corners))
+    with pytest.raises(RuntimeError, match="bicubic interpolation only supports 4D input"):
+        F.grid_sample(x, grid, mode="bicubic", padding_mode=padding_mode,
+                      align_corners=align_corners)
+    a, b = x.clone().requires_grad_(), grid.clone().requires_grad_()
+    with vt.patch():
+        out = F.grid_sample(a, b, mode="bicubic", padding_mode=padding_mode,
+                            align_corners=align_corners)
+    out.square().sum().backward()
+    c, d = x.clone().requires_grad_(), grid.clone().requires_grad_()
+    expected = vt.grid_sample(c, d, "bicubic", padding_mode, bool(align_corners))
+    expected.square().sum().backward()
+    assert calls == ["bicubic"]
+    for name, ours, theirs in [("output", out, expected), ("grad input", a.grad, c.grad),
+                               ("grad grid", b.grad, d.grad)]:
+        assert torch.equal(ours, theirs), name
+
+
+def test_patch_leaves_4d_bicubic_and_bspline_to_pytorch():
+    """4-D bicubic stays PyTorch's; "bspline" is not a mode of F.grid_sample, and under
+    patch() it is PyTorch's error still (vt.grid_sample takes it)."""
+    image, grid = torch.randn(1, 2, 5, 6), torch.rand(1, 3, 2, 2) * 2 - 1
+    volume, grid5 = torch.randn(1, 2, 3, 4, 5), torch.rand(1, 2, 2, 2, 3) * 2 - 1
+    with vt.patch():
+        check("4-D bicubic", F.grid_sample(image, grid, mode="bicubic", align_corners=True),
+              vt._patch._ORIGINAL["grid_sample"](image, grid, mode="bicubic",
+                                                 align_corners=True), 0)
+        with pytest.raises(ValueError, match=r"expected mode to be 'bilinear', 'nearest' or "
+                                             r"'bicubic', but got: 'bspline'") as error:
+            F.grid_sample(volume, grid5, mode="bspline", align_corners=False)
+    assert not isinstance(error.value, volsample.VolsampleError)
+    assert vt.grid_sample(volume, grid5, "bspline").shape == (1, 2, 2, 2, 2)
+
+
 def test_patch_falls_through_for_what_volsample_does_not_cover():
     vt.patch()
     try:

@@ -12,9 +12,11 @@ Oracles: the loop over the batch (the same ops, call by call), PyTorch 2.13's ja
 """
 from __future__ import annotations
 
+import math
 import os
 import warnings
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -23,6 +25,7 @@ import torch.nn.functional as F  # noqa: E402
 from test_torch import kink_free_grid  # noqa: E402
 
 import volsample.torch as vt  # noqa: E402
+from volsample import _reference as reference  # noqa: E402
 from volsample.torch import _grid_sample, _upsample, _warp  # noqa: E402
 
 B = 3  # the vmapped batch
@@ -68,7 +71,8 @@ def _no_performance_drop(fn, *args):
 
 @pytest.mark.parametrize("in_dims", [(0, 0), (None, 0), (0, None), (2, 1)])
 @pytest.mark.parametrize("mode,padding_mode", [("bilinear", "zeros"), ("bilinear", "reflection"),
-                                               ("nearest", "border")])
+                                               ("nearest", "border"), ("bicubic", "zeros"),
+                                               ("bspline", "reflection")])
 def test_vmap_grid_sample_is_one_kernel_call_and_the_loop(monkeypatch, in_dims, mode,
                                                           padding_mode):
     x, grid = _operands()
@@ -96,14 +100,16 @@ def test_vmap_grid_sample_keeps_channels_last():
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-14)
 
 
+@pytest.mark.parametrize("mode", [0, 2, 3])  # bilinear, bicubic, bspline
 @pytest.mark.parametrize("in_dims", [(0, 0, 0), (None, 0, 0), (0, None, 0), (0, 0, None)])
-def test_vmap_grid_sample_backward_is_one_kernel_call_and_the_loop(monkeypatch, in_dims):
+def test_vmap_grid_sample_backward_is_one_kernel_call_and_the_loop(monkeypatch, in_dims, mode):
     x, grid = _operands(1)
     go = torch.randn(B, 2, 2, 2, 3, 2, dtype=torch.float64)
     args = tuple(t if d is not None else t[0] for t, d in zip((go, x, grid), in_dims))
 
     def fn(g, a, b):
-        return torch.ops.volsample.grid_sampler_3d_backward(g, a, b, 0, 1, False, [True, True])
+        return torch.ops.volsample.grid_sampler_3d_backward(g, a, b, mode, 1, False,
+                                                            [True, True])
     expected = [torch.stack(t) for t in zip(*(fn(*(_item(a, d, i) for a, d in zip(args, in_dims)))
                                               for i in range(B)))]
     counter = _Counter(monkeypatch, _grid_sample._cpu, "backward")
@@ -132,11 +138,38 @@ def test_jacobians_through_the_batching_rules_match_pytorch(padding_mode):
         torch.testing.assert_close(f, e, rtol=1e-10, atol=1e-12)
 
 
-def test_vmap_of_jacrev_matches_the_loop():
+@pytest.mark.parametrize("mode", ["bicubic", "bspline"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+def test_cubic_jacobians_through_the_batching_rules_match_the_reference(mode, padding_mode):
+    """jacrev (vmap over the backward op) and jacfwd (vmap over the jvp ops) in the cubic
+    modes, against the float64 reference's backward, one output element at a time."""
+    x, grid = _operands(4, N=1, C=2, spatial=(3, 4, 3), out=(2, 2, 1))
+    x, grid = x[0], grid[0]
+
+    def ours(a, b):
+        return vt.grid_sample(a, b, mode, padding_mode, align_corners=True)
+    reverse = _no_performance_drop(torch.func.jacrev(ours, argnums=(0, 1)), x, grid)
+    forward = _no_performance_drop(torch.func.jacfwd(ours, argnums=(0, 1)), x, grid)
+    out_shape = (1, 2, 2, 2, 1)
+    rows = []
+    for k in range(math.prod(out_shape)):
+        one_hot = np.zeros(math.prod(out_shape))
+        one_hot[k] = 1
+        rows.append(reference.grid_sample_3d_backward(one_hot.reshape(out_shape), x.numpy(),
+                                                      grid.numpy(), mode, padding_mode, True))
+    for i, (r, f) in enumerate(zip(reverse, forward)):
+        expected = torch.from_numpy(np.stack([row[i] for row in rows])).reshape(r.shape)
+        assert expected.abs().max() > 0
+        torch.testing.assert_close(r, expected, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(f, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "bspline"])
+def test_vmap_of_jacrev_matches_the_loop(mode):
     x, grid = _operands(3, N=1, C=1, spatial=(3, 3, 4), out=(1, 2, 2))
 
     def loss(b, a):
-        return vt.grid_sample(a, b, align_corners=True).pow(2).sum()
+        return vt.grid_sample(a, b, mode, align_corners=True).pow(2).sum()
     per_grid = torch.func.jacrev(loss)
     got = _no_performance_drop(torch.func.vmap(per_grid, in_dims=(0, None)), grid, x[0])
     torch.testing.assert_close(got, _loop(lambda b: per_grid(b, x[0]), (0,), (grid,)),

@@ -205,8 +205,6 @@ def _trilinear_rank(ndim: int) -> str:
 
 
 def _grid_mode(mode) -> str:
-    if mode == "bicubic":
-        return "grid_sampler(): bicubic interpolation only supports 4D input"
     return (f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or "
             f"'bicubic', but got: '{mode}'")
 

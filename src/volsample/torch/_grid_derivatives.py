@@ -1,121 +1,236 @@
-"""Derivatives of trilinear grid sampling along a grid direction, in torch tensor ops.
+"""Derivatives of grid sampling along a grid direction, in torch tensor ops (trilinear,
+bicubic and B-spline sampling; nearest's are 0 and the callers skip it).
 
-The forward ``out = sum_k W_k(grid) * input[corner_k]`` is linear in the input; its
-derivatives in the grid come from the trilinear weights ``W_k = wx * wy * wz`` (per axis
-``w = 1 - f`` or ``f``), each axis' voxel coordinate having the piecewise-constant slope
-``s`` of unnormalising and padding (``volsample._coords``). Along a grid direction ``t``:
+The forward ``out = sum_k W_k(grid) * input[tap_k]`` is linear in the input; its
+derivatives in the grid come from the weights ``W_k = wx * wy * wz``, each axis' weight a
+function of that axis' voxel coordinate ``x``, whose slope ``s = dx/d(grid)`` is piecewise
+constant (``volsample._coords``). Per axis (``_axis_taps``, the one home of the weights and
+their derivatives ``w'``, ``w''`` here):
 
-- ``dW_k = sum_a t_a * s_a * (+-1)_a * (product of the other two weights)``;
-- the backward's grid gradient ``sum_{c,k} go * V_k * dW_k/dg_a`` has the derivative
-  ``sum_{c,k} go * V_k * sum_{b != a} t_b s_b s_a (+-1)_a (+-1)_b * w_(third axis)``
-  (the weights are linear in each coordinate, so the pure second derivatives are 0).
+- trilinear: ``x`` unnormalised and padded, 2 taps ``floor(x) + 0, 1``, weights ``1 - f``
+  and ``f`` (``f = x - floor(x)``), ``w'`` = -1, +1, ``w''`` = 0;
+- bicubic (cubic convolution, A = -0.75) and B-spline: ``x`` unnormalised only, 4 taps
+  ``floor(x) - 1 .. floor(x) + 2``, each padded on its own (a whole-number tap's padding
+  has no derivative), weights the kernel's cubic pieces at ``f``, and their first and
+  second derivatives in closed form.
 
-Nearest sampling is piecewise constant in the grid: every term here is 0 for it, and the
-callers skip it. These terms run on any device (plain torch ops, no kernel of their own):
-gathers, and for the input term one ``index_add_``, which is sequential, hence
-deterministic, on the CPU. They compute in float32, or float64 when an operand is float64.
+Along a grid direction ``t``, with ``u_a = t_a * s_a``:
+
+- ``dW_k = sum_a u_a * w'_a * (product of the other two weights)``;
+- the derivative of ``dW_k/dg_a`` (the backward's grid gradient is ``sum go * V_k *
+  dW_k/dg_a``) is ``s_a * (u_a * w''_a * w_b * w_c + w'_a * (u_b * w'_b * w_c + u_c * w_b *
+  w'_c))`` for the other two axes b, c.
+
+These terms run on any device (plain torch ops, no kernel of their own): gathers of the
+T^3 taps (8 or 64) of every point, in chunks of points that bound the temporaries, and for
+the input term one ``index_add_`` per chunk, which is sequential, hence deterministic, on
+the CPU. They compute in float32, or float64 when an operand is float64.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
 from .. import _coords
+from .._tables import MODES, REFLECTION, ZEROS
 
-_SIGNS = (-1.0, 1.0)  # d(weight)/d(coordinate) of the low and the high corner
+_CHUNK_ELEMENTS = 1 << 23  # (batch x channels x points x taps) elements per chunk of points
+
+_A = -0.75  # the cubic convolution kernel's parameter (PyTorch's bicubic)
 
 
 def _compute_dtype(*tensors):
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
 
 
-class _Corners:
-    """The 8 corners of every grid point: flat voxel indices (N, P, 8), a mask of those
-    inside the volume, and per axis the weights, slopes and index offsets (N, P, 8)."""
+def _cubic_weights(f, mode_name):
+    """The 4 weights of the taps floor(x) - 1 .. floor(x) + 2 at ``f = x - floor(x)``, and
+    their first and second derivatives in x: three tensors (..., 4)."""
+    if mode_name == "bicubic":
+        def near(s):  # |s| <= 1: the kernel, its first and second derivatives
+            return (((_A + 2) * s - (_A + 3)) * s * s + 1, (3 * (_A + 2) * s - 2 * (_A + 3)) * s,
+                    6 * (_A + 2) * s - 2 * (_A + 3))
 
-    def __init__(self, grid, in_spatial, padding_mode, align_corners):
-        N = grid.shape[0]
-        grid = grid.reshape(N, -1, 3)
-        finite = torch.isfinite(grid).all(-1, keepdim=True)  # (N, P, 1)
-        grid = torch.where(finite, grid, 0)
+        def far(s):  # 1 < |s| < 2
+            return (((_A * s - 5 * _A) * s + 8 * _A) * s - 4 * _A,
+                    (3 * _A * s - 10 * _A) * s + 8 * _A, 6 * _A * s - 10 * _A)
+
+        # Taps at distances f + 1, f, 1 - f, 2 - f: the last two mirror, so their odd
+        # derivatives change sign.
+        pieces = [far(f + 1), near(f), near(1 - f), far(2 - f)]
+        signs = (1, 1, -1, -1)
+        w = [p[0] for p in pieces]
+        d1 = [sign * p[1] for sign, p in zip(signs, pieces)]
+        d2 = [p[2] for p in pieces]
+    else:  # the uniform cubic B-spline
+        g = 1 - f
+        w = [g * g * g / 6, ((3 * f - 6) * f * f + 4) / 6, ((-3 * f + 3) * f * f + 3 * f + 1) / 6,
+             f * f * f / 6]
+        d1 = [-g * g / 2, (1.5 * f - 2) * f, (-1.5 * f + 1) * f + 0.5, f * f / 2]
+        d2 = [g, 3 * f - 2, 1 - 3 * f, f]
+    return tuple(torch.stack(v, -1) for v in (w, d1, d2))
+
+
+def _padded_taps(taps, size: int, padding: int, align_corners: bool):
+    """The voxel each whole-number tap (a float tensor) reads, and whether it reads one
+    (zeros padding: inside the volume; border: clamped; reflection: folded as PyTorch's
+    ``reflect_coordinates`` folds a coordinate, then clamped)."""
+    inside = (taps >= 0) & (taps <= size - 1)
+    if padding == ZEROS:
+        return taps.clamp(0, size - 1).long(), inside
+    if padding == REFLECTION:
+        bounds = (0, 2 * (size - 1)) if align_corners else (-1, 2 * size - 1)
+        taps = _coords.reflect(torch, taps, *bounds)[0]
+    return taps.clamp(0, size - 1).long(), torch.ones_like(inside)
+
+
+def _axis_taps(coord, size: int, mode: int, padding: int, align_corners: bool):
+    """One axis of every point: the taps' voxel indices and whether each reads one
+    (..., T), the weights and their first and second derivatives in the voxel coordinate
+    (..., T; the second None where it is 0), the slope d(voxel)/d(coord) (...) and whether
+    the voxel coordinate is finite."""
+    if MODES.of(mode).taps == 2:
+        x, slope = _coords.source_index(torch, coord, size, padding, align_corners)
+    else:
+        x, slope = _coords.unnormalize(torch, coord, size, align_corners)
+    finite = torch.isfinite(x)  # a huge coordinate may overflow in unnormalising
+    x = torch.where(finite, x, 0)
+    low = torch.floor(x)
+    f = x - low
+    if MODES.of(mode).taps == 2:
+        taps = low[..., None] + torch.tensor([0.0, 1.0], dtype=x.dtype, device=x.device)
+        inside = (taps >= 0) & (taps <= size - 1)
+        index = taps.clamp(0, size - 1).long()
+        weight = torch.stack([1 - f, f], -1)
+        first = torch.tensor([-1.0, 1.0], dtype=x.dtype, device=x.device).expand(weight.shape)
+        second = None
+    else:
+        taps = low[..., None] + torch.arange(-1, 3, dtype=x.dtype, device=x.device)
+        index, inside = _padded_taps(taps, size, padding, align_corners)
+        weight, first, second = _cubic_weights(f, MODES.of(mode).name)
+    return index, inside, weight, first, second, slope, finite
+
+
+class _Taps:
+    """The T^3 taps of every grid point (N, P): flat voxel indices (N, P, T^3), a 0/1 mask
+    of those that read a voxel, and per axis (x, y, z) the weights and their derivatives,
+    shaped to broadcast to (N, P, T, T, T) (z, y, x: x fastest, PyTorch's corner order)."""
+
+    def __init__(self, grid, in_spatial, mode, padding, align_corners):
+        N, P = grid.shape[:2]  # grid (N, P, 3)
+        finite = torch.isfinite(grid).all(-1)  # (N, P)
+        grid = torch.where(finite[..., None], grid, 0)
         D, H, W = in_spatial
-        offsets = torch.tensor([[(k >> 2) & 1, (k >> 1) & 1, k & 1] for k in range(8)],
-                               device=grid.device)  # (8, 3): z, y, x, tnw ... bse order
-        self.weight, self.slope, self.sign = [], [], []
-        index, inside = 0, finite
-        for axis, size in zip((2, 1, 0), (D, H, W)):  # z (D), y (H), x (W)
-            x, slope = _coords.source_index(torch, grid[..., axis], size, padding_mode,
-                                            align_corners)
-            low = torch.floor(x)
-            frac = (x - low)[..., None]
-            high = offsets[:, 2 - axis]  # 0 for the low corner, 1 for the high one
-            i = low.long()[..., None] + high
-            inside = inside & (i >= 0) & (i < size)
-            index = index * size + i.clamp(0, size - 1)
-            self.weight.append(torch.where(high == 1, frac, 1 - frac))
-            self.slope.append(slope[..., None].expand_as(frac))
-            self.sign.append(torch.where(high == 1, _SIGNS[1], _SIGNS[0]).to(grid.dtype))
+        T = MODES.of(mode).taps
+        self.weight, self.first, self.second, self.slope = [], [], [], []
+        index, inside = 0, None
+        for axis, size in ((2, D), (1, H), (0, W)):  # z, y, x: x taps fastest
+            i, valid, w, d1, d2, slope, axis_finite = _axis_taps(
+                grid[..., axis], size, mode, padding, align_corners)
+            shape = (N, P) + tuple(T if a == axis else 1 for a in (2, 1, 0))
+            index = index * size + i.reshape(shape)
+            inside = valid.reshape(shape) if inside is None else inside & valid.reshape(shape)
+            finite = finite & axis_finite
+            self.weight.append(w.reshape(shape))
+            self.first.append(d1.reshape(shape))
+            self.second.append(None if d2 is None else d2.reshape(shape))
+            self.slope.append(slope.reshape(N, P, 1, 1, 1))
         # Reordered to grid-channel order: axis 0 is x, 1 is y, 2 is z.
-        self.weight, self.slope, self.sign = (v[::-1] for v in (self.weight, self.slope, self.sign))
-        self.index = index
-        self.inside = inside.to(grid.dtype)
+        self.weight, self.first, self.second, self.slope = (
+            v[::-1] for v in (self.weight, self.first, self.second, self.slope))
+        self.shape = (N, P, T, T, T)
+        self.index = index.expand(self.shape).reshape(N, P, T**3)
+        self.inside = (inside & finite.reshape(N, P, 1, 1, 1)).reshape(N, P, T**3).to(grid.dtype)
+
+    def _flat(self, t):
+        return t.expand(self.shape).reshape(self.index.shape)
+
+    def _along(self, direction):
+        """u_a = t_a * s_a of a direction (N, P, 3), shaped as the slopes."""
+        return [direction[..., a, None, None, None] * self.slope[a] for a in range(3)]
 
     def weight_derivative(self, direction):
-        """d(W_k) along ``direction`` (N, P, 3): (N, P, 8), 0 outside the volume."""
-        w, s, d = self.weight, self.slope, self.sign
-        t = [direction[..., a, None] * s[a] * d[a] for a in range(3)]
-        return (t[0] * w[1] * w[2] + t[1] * w[0] * w[2] + t[2] * w[0] * w[1]) * self.inside
+        """d(W_k) along ``direction`` (N, P, 3): (N, P, T^3), 0 where no voxel is read."""
+        w, d = self.weight, self.first
+        u = self._along(direction)
+        dw = u[0] * d[0] * w[1] * w[2] + u[1] * w[0] * d[1] * w[2] + u[2] * w[0] * w[1] * d[2]
+        return self._flat(dw) * self.inside
 
     def gradient_derivative(self, direction):
-        """Along ``direction``, the derivative of each corner's d(W_k)/d(grid_a):
-        (N, P, 8, 3), 0 outside the volume."""
-        w, s, d = self.weight, self.slope, self.sign
-        t = [direction[..., a, None] * s[a] * d[a] for a in range(3)]
-        per_axis = [s[0] * d[0] * (t[1] * w[2] + t[2] * w[1]),
-                    s[1] * d[1] * (t[0] * w[2] + t[2] * w[0]),
-                    s[2] * d[2] * (t[0] * w[1] + t[1] * w[0])]
+        """Along ``direction``, the derivative of each tap's d(W_k)/d(grid_a):
+        (N, P, T^3, 3), 0 where no voxel is read."""
+        w, d, dd, s = self.weight, self.first, self.second, self.slope
+        u = self._along(direction)
+        per_axis = []
+        for a, b, c in ((0, 1, 2), (1, 0, 2), (2, 0, 1)):
+            term = d[a] * (u[b] * d[b] * w[c] + u[c] * w[b] * d[c])
+            if dd[a] is not None:
+                term = term + u[a] * dd[a] * w[b] * w[c]
+            per_axis.append(self._flat(s[a] * term))
         return torch.stack(per_axis, -1) * self.inside[..., None]
 
 
-def _corner_values(volume, corners):
-    """``volume`` (N, C, D, H, W) at every corner: (N, C, P, 8)."""
+def _tap_values(volume, taps):
+    """``volume`` (N, C, D, H, W) at every tap: (N, C, P, T^3)."""
     N, C = volume.shape[:2]
     flat = volume.reshape(N, C, -1)
-    index = corners.index.reshape(N, 1, -1).expand(N, C, -1)
-    return flat.gather(2, index).reshape(N, C, -1, 8)
+    P, K = taps.index.shape[1:]
+    index = taps.index.reshape(N, 1, -1).expand(N, C, -1)
+    return flat.gather(2, index).reshape(N, C, P, K)
 
 
-def forward_grid_jvp(input, grid, direction, padding_mode, align_corners):
-    """Derivative of trilinear ``grid_sampler_3d(input, grid)`` along the grid direction
-    ``direction``: (N, C, Do, Ho, Wo) in the input's dtype and memory format."""
+def _chunks(points: int, per_point: int):
+    """Slices of the points, each with at most ``_CHUNK_ELEMENTS`` tap elements."""
+    step = max(1, _CHUNK_ELEMENTS // max(1, per_point))
+    return [slice(p, min(p + step, points)) for p in range(0, max(points, 1), step)]
+
+
+def _per_point(input, mode):
+    return input.shape[0] * input.shape[1] * MODES.of(mode).taps ** 3
+
+
+def forward_grid_jvp(input, grid, direction, mode, padding, align_corners):
+    """Derivative of ``grid_sampler_3d(input, grid)`` along the grid direction
+    ``direction`` (``mode``, ``padding`` kernel integers): (N, C, Do, Ho, Wo), the input's
+    dtype (logical shape; the caller sets the memory format)."""
     compute = _compute_dtype(input, grid)
     N, C = input.shape[:2]
-    corners = _Corners(grid.to(compute), input.shape[2:], padding_mode, align_corners)
-    dw = corners.weight_derivative(direction.to(compute).reshape(N, -1, 3))
-    values = _corner_values(input.to(compute), corners)
-    out = (values * dw[:, None]).sum(-1).reshape((N, C) + tuple(grid.shape[1:4]))
-    return out.to(input.dtype)
+    points, t = (g.reshape(N, math.prod(grid.shape[1:4]), 3).to(compute)
+                 for g in (grid, direction))
+    volume = input.to(compute)
+    out = []
+    for part in _chunks(points.shape[1], _per_point(input, mode)):
+        taps = _Taps(points[:, part], input.shape[2:], mode, padding, align_corners)
+        dw = taps.weight_derivative(t[:, part])
+        out.append((_tap_values(volume, taps) * dw[:, None]).sum(-1))
+    return torch.cat(out, 2).reshape((N, C) + tuple(grid.shape[1:4])).to(input.dtype)
 
 
-def backward_grid_jvp(grad_output, input, grid, direction, padding_mode, align_corners,
+def backward_grid_jvp(grad_output, input, grid, direction, mode, padding, align_corners,
                       want_input, want_grid):
-    """Derivatives of trilinear ``grid_sampler_3d_backward``'s (grad_input, grad_grid)
-    along the grid direction ``direction``; None for one not wanted."""
+    """Derivatives of ``grid_sampler_3d_backward``'s (grad_input, grad_grid) along the grid
+    direction ``direction``; None for one not wanted."""
     compute = _compute_dtype(input, grid)
     N, C = input.shape[:2]
-    corners = _Corners(grid.to(compute), input.shape[2:], padding_mode, align_corners)
-    t = direction.to(compute).reshape(N, -1, 3)
-    go = grad_output.to(compute).reshape(N, C, -1, 1)
-    grad_input = grad_grid = None
-    if want_input:
-        contributions = (go * corners.weight_derivative(t)[:, None]).reshape(N, C, -1)
-        volume = input[0, 0].numel()
-        flat = (torch.arange(N * C, device=input.device).reshape(N, C, 1) * volume
-                + corners.index.reshape(N, 1, -1))
-        grad_input = torch.zeros(N * C * volume, dtype=compute, device=input.device)
-        grad_input.index_add_(0, flat.reshape(-1), contributions.reshape(-1))
-        grad_input = grad_input.reshape(input.shape).to(input.dtype)
-    if want_grid:
-        weighted = (go * _corner_values(input.to(compute), corners)).sum(1)  # (N, P, 8)
-        grad_grid = (weighted[..., None] * corners.gradient_derivative(t)).sum(2)
-        grad_grid = grad_grid.reshape(grid.shape).to(grid.dtype)
-    return grad_input, grad_grid
+    points, t = (g.reshape(N, math.prod(grid.shape[1:4]), 3).to(compute)
+                 for g in (grid, direction))
+    go = grad_output.to(compute).reshape(N, C, points.shape[1], 1)
+    volume = input.to(compute) if want_grid else None
+    voxels = input[0, 0].numel()
+    grad_input = (torch.zeros(N * C * voxels, dtype=compute, device=input.device)
+                  if want_input else None)
+    grad_grid = []
+    for part in _chunks(points.shape[1], _per_point(input, mode)):
+        taps = _Taps(points[:, part], input.shape[2:], mode, padding, align_corners)
+        g = go[:, :, part]
+        if grad_input is not None:
+            contributions = g * taps.weight_derivative(t[:, part])[:, None]  # (N, C, P, K)
+            flat = (torch.arange(N * C, device=input.device).reshape(N, C, 1) * voxels
+                    + taps.index.reshape(N, 1, -1))
+            grad_input.index_add_(0, flat.reshape(-1), contributions.reshape(-1))
+        if volume is not None:
+            weighted = (g * _tap_values(volume, taps)).sum(1)  # (N, P, K)
+            grad_grid.append((weighted[..., None] * taps.gradient_derivative(t[:, part])).sum(2))
+    return (None if grad_input is None else grad_input.reshape(input.shape).to(input.dtype),
+            torch.cat(grad_grid, 1).reshape(grid.shape).to(grid.dtype) if want_grid else None)

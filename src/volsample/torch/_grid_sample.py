@@ -2,9 +2,9 @@
 ``volsample::grid_sampler_3d`` and ``volsample::grid_sampler_3d_backward``.
 
 The ops mirror ``aten::grid_sampler_3d`` and its backward (kernel integers of
-``volsample._tables``: interpolation 0 bilinear, 1 nearest; padding 0 zeros, 1 border,
-2 reflection). Each builds the call's checked description (``volsample._calls``) and hands
-it to a backend: the C++ kernels for CPU tensors (through NumPy views of their memory),
+``volsample._tables``: interpolation 0 bilinear, 1 nearest, 2 bicubic, 3 bspline; padding
+0 zeros, 1 border, 2 reflection). Each builds the call's checked description
+(``volsample._calls``) and hands it to a backend: the C++ kernels for CPU tensors (through NumPy views of their memory),
 the Triton kernels for CUDA tensors; fake implementations give torch.compile the result
 shapes, dtypes and memory formats. Semantics: docs/semantics.md.
 """
@@ -32,7 +32,7 @@ def _describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _
     mode = MODES.check_code(interpolation_mode, "interpolation_mode")
     padding = PADDINGS.check_code(padding_mode)
     return _calls.grid_sample(*operands, mode, padding, align_corners, _common.layout(input),
-                              shape_order="NCDHW", dialect=_common.TORCH)
+                              shape_order="NCDHW", dialect=_common.TORCH, cubic=True)
 
 
 @_common.cached_description
@@ -46,7 +46,7 @@ def _describe_backward(grad_output, input, grid, interpolation_mode, padding_mod
     padding = PADDINGS.check_code(padding_mode)
     return _calls.grid_sample_backward(*operands, mode, padding, align_corners, output_mask,
                                        _common.layout(input), shape_order="NCDHW",
-                                       dialect=_common.TORCH)
+                                       dialect=_common.TORCH, cubic=True)
 
 
 def _gradients(call, input, grid):
@@ -123,8 +123,8 @@ def _unasked(like: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------
-# Derivatives along a grid direction (trilinear; what forward-mode AD and the double
-# backward need beyond the forward and backward ops). Plain torch ops, on every device.
+# Derivatives along a grid direction (what forward-mode AD and the double backward need
+# beyond the forward and backward ops). Plain torch ops, on every device.
 # ---------------------------------------------------------------------------------------
 
 _JVP_SCHEMA = ("(Tensor input, Tensor grid, Tensor grid_tangent, int interpolation_mode, "
@@ -154,8 +154,8 @@ def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_m
     if not call.grid_gradient:
         return _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode,
                                          padding_mode, align_corners).zero_()
-    out = _grid_derivatives.forward_grid_jvp(input, grid, grid_tangent, padding_mode,
-                                             align_corners)
+    out = _grid_derivatives.forward_grid_jvp(input, grid, grid_tangent, call.mode,
+                                             call.padding, call.align_corners)
     return out.contiguous(memory_format=_common.memory_format(input))
 
 
@@ -187,8 +187,8 @@ def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpo
             output_mask)
         return grad_input.zero_(), grad_grid.zero_()
     grad_input, grad_grid = _grid_derivatives.backward_grid_jvp(
-        grad_output, input, grid, grid_tangent, padding_mode, align_corners, want_input,
-        want_grid)
+        grad_output, input, grid, grid_tangent, call.mode, call.padding, call.align_corners,
+        want_input, want_grid)
     return (_unasked(input) if grad_input is None
             else grad_input.contiguous(memory_format=_common.memory_format(input)),
             _unasked(grid) if grad_grid is None else grad_grid)
@@ -375,10 +375,15 @@ class _GridSampler3dBackward(_common.Function):
             gi, gg = _backward_grid_jvp(grad_output, input, grid, grid_tangent, *ctx.modes,
                                         ctx.output_mask)
             grad_input, grad_grid = _add(grad_input, gi), _add(grad_grid, gg)
+        # A gradient not asked for is a non-differentiable output: its tangent is None.
         zeros = _grid_sampler_3d_backward_fake(grad_output, input, grid, *ctx.modes,
                                                ctx.output_mask)
-        return (grad_input if want_input and grad_input is not None else zeros[0].zero_(),
-                grad_grid if want_grid and grad_grid is not None else zeros[1].zero_())
+        return (None if not want_input else _or_zero(grad_input, zeros[0]),
+                None if not want_grid else _or_zero(grad_grid, zeros[1]))
+
+
+def _or_zero(tangent, empty):
+    return empty.zero_() if tangent is None else tangent
 
 
 class _ThirdOrderUnsupported(_common.Function):
@@ -431,10 +436,13 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     grid : Tensor, shape (N, Do, Ho, Wo, 3)
         Normalised sample coordinates (x, y, z) in [-1, 1]; x indexes W, y H and z D.
         ``input``'s dtype, or float32/float64 beside a 16-bit ``input``.
-    mode : {"bilinear", "nearest"}
+    mode : {"bilinear", "nearest", "bicubic", "bspline"}
         "bilinear" is trilinear interpolation; "nearest" rounds half to even. "trilinear"
         is accepted as another name of "bilinear" (``F.grid_sample`` under ``patch()``
-        keeps PyTorch's names and refuses it, as PyTorch does).
+        keeps PyTorch's names and refuses it, as PyTorch does). "bicubic" is PyTorch's
+        4-D bicubic (cubic convolution, A = -0.75) carried to 3-D, over the 4x4x4
+        neighbours, each padded on its own; "bspline" weighs the same neighbours with the
+        cubic B-spline, ``input`` read as its coefficients (``spline_coefficients``).
     padding_mode : {"zeros", "border", "reflection"}
         What points outside the volume read.
     align_corners : bool or None

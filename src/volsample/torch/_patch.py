@@ -14,6 +14,9 @@ from ._upsample import upsample_trilinear
 
 _ORIGINAL: dict[str, Any] = {"grid_sample": F.grid_sample, "interpolate": F.interpolate}
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# F.grid_sample's modes (PyTorch has bicubic for 4-D only: volsample samples it in 5-D);
+# "bspline" is volsample's own, not F.grid_sample's.
+_PYTORCH_MODES = ("bilinear", "nearest", "bicubic")
 
 
 def _volume(t) -> bool:
@@ -22,7 +25,7 @@ def _volume(t) -> bool:
 
 def _grid_sample(input, grid, mode="bilinear", padding_mode="zeros", align_corners=None):
     if (_volume(input) and isinstance(grid, torch.Tensor) and grid.dim() == 5
-            and mode in ("bilinear", "nearest")
+            and mode in _PYTORCH_MODES
             and padding_mode in ("zeros", "border", "reflection")):
         return grid_sample(input, grid, mode, padding_mode, align_corners)
     return _ORIGINAL["grid_sample"](input, grid, mode, padding_mode, align_corners)
@@ -42,10 +45,12 @@ class patch:
     ``torch.nn.functional.interpolate(mode="trilinear")`` to volsample.
 
     Use it as a function (``volsample.torch.patch()``, undone by ``unpatch()``) or as a
-    context manager (``with volsample.torch.patch(): ...``, undone on exit). Calls fall
-    through to PyTorch for 4-D (or other) inputs, other modes (``bicubic``,
-    ``nearest``/``area``/... for interpolate), non-float tensors, and for interpolate's
-    ``recompute_scale_factor=True`` and ``antialias=True``. ``align_corners=None`` means
+    context manager (``with volsample.torch.patch(): ...``, undone on exit). 5-D
+    ``grid_sample`` takes PyTorch's modes, ``bicubic`` included (PyTorch 2.13 has it for
+    4-D input only); ``bspline`` is not PyTorch's mode and stays PyTorch's error. Calls fall
+    through to PyTorch for 4-D (or other) inputs, other modes (``nearest``/``area``/... for
+    interpolate), non-float tensors, and for interpolate's ``recompute_scale_factor=True``
+    and ``antialias=True``. ``align_corners=None`` means
     False, as in PyTorch (volsample does not repeat PyTorch's warning).
     """
 
