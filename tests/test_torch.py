@@ -34,6 +34,7 @@ ops = torch.ops.volsample
 MODES = ["bilinear", "nearest"]
 PADDINGS = ["zeros", "border", "reflection"]
 ALL_MODES = list(itertools.product(MODES, PADDINGS, [False, True]))
+CUBIC_MODES = list(itertools.product(["bicubic", "bspline"], PADDINGS, [False, True]))
 SIXTEEN_BIT = [torch.float16, torch.bfloat16]
 FORMATS = ["contiguous", "channels_last", "strided"]
 
@@ -164,7 +165,7 @@ def test_grid_sample_sixteen_bit_against_float64_truth(dtype, grid_dtype, fmt):
     check("grad_grid", gg, truth_gg, tolerance(grid_dtype))
 
 
-@pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
+@pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES + CUBIC_MODES)
 def test_grid_sample_gradcheck(mode, padding_mode, align_corners):
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(2, 2, 3, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True)

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 from helpers import assert_bitwise_equal, assert_close  # noqa: E402
+from test_torch import CUBIC_MODES as ALL_MODES  # noqa: E402
 from test_torch import _stand_in, check, in_format, kink_free_grid, leaves  # noqa: E402
 
 import volsample  # noqa: E402
@@ -28,7 +29,6 @@ from volsample.torch import _common, _grid_sample  # noqa: E402
 ops = torch.ops.volsample
 CUBIC = ["bicubic", "bspline"]
 PADDINGS = ["zeros", "border", "reflection"]
-ALL_MODES = list(itertools.product(CUBIC, PADDINGS, [False, True]))
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 
 
@@ -97,7 +97,7 @@ def test_ops_take_pytorchs_interpolation_numbers(mode):
 
 
 # ---------------------------------------------------------------------------------------
-# PyTorch's 4-D bicubic, finite differences
+# PyTorch's 4-D bicubic (gradcheck: test_torch.py's, over every mode)
 # ---------------------------------------------------------------------------------------
 
 
@@ -126,15 +126,6 @@ def test_bicubic_of_a_z_constant_volume_is_pytorch_4d_bicubic(padding_mode, alig
     check("grad slice", s.grad, s4.grad, 1e-12)
     check("grad_grid xy", g.grad[:, 0, ..., :2], g4.grad, 1e-11)
     check("grad_grid z", g.grad[..., 2], torch.zeros(g.shape[:4]), 0, 1e-12)
-
-
-@pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
-def test_gradcheck(mode, padding_mode, align_corners):
-    gen = torch.Generator().manual_seed(4)
-    x = torch.randn(2, 2, 3, 4, 5, generator=gen, dtype=torch.float64, requires_grad=True)
-    grid = kink_free_grid(gen, (2, 2, 3, 2), (3, 4, 5), align_corners).requires_grad_()
-    assert torch.autograd.gradcheck(
-        lambda a, b: vt.grid_sample(a, b, mode, padding_mode, align_corners), (x, grid))
 
 
 # ---------------------------------------------------------------------------------------
@@ -211,17 +202,25 @@ def test_cuda_tensors_go_to_the_triton_launchers(monkeypatch, mode):
 
 
 def test_points_outside_and_non_finite_read_nothing():
-    """Far outside under zeros padding, and NaN/inf points: output 0, no gradient."""
+    """Far outside under zeros padding, NaN/inf points, and a coordinate whose unnormalising
+    overflows to infinity: output 0, no gradient, and no forward-AD tangent or second
+    derivative either."""
     x = torch.randn(1, 2, 4, 4, 4, dtype=torch.float64, requires_grad=True)
     grid = torch.tensor([[5.0, 0, 0], [float("nan"), 0, 0], [0, float("inf"), 0],
-                         [0, 0, -float("inf")]], dtype=torch.float64).view(1, 1, 1, 4, 3)
+                         [0, 0, -float("inf")], [0, 1e308, 0]],
+                        dtype=torch.float64).view(1, 1, 1, 5, 3)
     grid.requires_grad_()
+    direction = torch.ones_like(grid)
     for mode in CUBIC:
         out = vt.grid_sample(x, grid, mode, "zeros", False)
-        gi, gg = torch.autograd.grad(out.sum(), (x, grid))
-        assert_close("output", out.detach().numpy(), np.zeros(out.shape), 0, 0)
-        assert_close("grad_input", gi.numpy(), np.zeros(gi.shape), 0, 0)
-        assert_close("grad_grid", gg.numpy(), np.zeros(gg.shape), 0, 0)
+        gi, gg = torch.autograd.grad(out.sum(), (x, grid), create_graph=True)
+        second = torch.autograd.grad(gg, (x, grid), direction)
+        _, tangent = torch.func.jvp(lambda g: vt.grid_sample(x.detach(), g, mode, "zeros", False),
+                                    (grid.detach(),), (direction,))
+        for name, t in [("output", out), ("grad_input", gi), ("grad_grid", gg),
+                        ("d grad_grid/d input", second[0]), ("d grad_grid/d grid", second[1]),
+                        ("tangent", tangent)]:
+            assert_close(name, t.detach().numpy(), np.zeros(t.shape), 0, 0)
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ displacement`` without forming that grid. They run the custom ops
 carry autograd and work under ``torch.compile``: the CPU kernels on CPU tensors, the
 Triton kernels on CUDA tensors. Both AD modes (torch.autograd.forward_ad, torch.func) and
 double backward work. ``patch()`` routes ``F.grid_sample`` / ``F.interpolate`` here.
-``compose``, ``integrate_velocity`` and ``jacobian_determinant`` are the displacement field
-tools of ``volsample``, differentiable.
+``spline_coefficients`` is the prefilter of ``mode="bspline"``; ``compose``,
+``integrate_velocity`` and ``jacobian_determinant`` are the displacement field tools of
+``volsample``; all differentiable.
 """
 try:
     import torch  # noqa: F401
@@ -22,8 +23,9 @@ except ImportError as error:
 from ._fields import compose, integrate_velocity, jacobian_determinant
 from ._grid_sample import grid_sample
 from ._patch import patch, unpatch
+from ._spline import spline_coefficients
 from ._upsample import upsample_trilinear
 from ._warp import warp
 
-__all__ = ["grid_sample", "upsample_trilinear", "warp", "compose", "integrate_velocity",
-           "jacobian_determinant", "patch", "unpatch"]
+__all__ = ["grid_sample", "upsample_trilinear", "warp", "spline_coefficients", "compose",
+           "integrate_velocity", "jacobian_determinant", "patch", "unpatch"]
