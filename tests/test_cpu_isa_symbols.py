@@ -9,9 +9,9 @@ scalar kernels may then run a copy compiled for AVX2 or AVX-512 and die of an il
 instruction on a CPU without it, however the module picks its ISA. Link order hides it on
 the machines we test on, so the test reads the symbol tables instead.
 
-It reads the kernel objects of the up-to-date build trees under build/ (the linked
-extension is stripped, and could not say which object a symbol came from): a weak or
-unique symbol whose entity lies in namespace vs but in no ISA namespace fails it. Run
+It reads the kernel objects of the Ninja build trees under build/ that ninja calls up to
+date (the linked extension is stripped, and could not say which object a symbol came
+from): a weak or unique symbol whose entity lies in namespace vs but in no ISA namespace fails it. Run
 without such a tree (an installed wheel), it has nothing to read and skips.
 """
 import pathlib
@@ -30,18 +30,25 @@ _SHARED_KINDS = set("WwVvu")  # weak and unique: one copy kept for every object
 
 
 def _kernel_objects():
-    """{tree: {isa: [object files]}} of the build trees whose kernel objects are newer
-    than every C++ source (a stale tree says nothing of the sources)."""
-    newest_source = max(p.stat().st_mtime for p in (ROOT / "src" / "cpp").rglob("*")
-                        if p.is_file())
+    """{tree: {isa: [object files]}} of the Ninja build trees whose kernel objects ninja
+    itself calls up to date (a stale tree says nothing of the sources)."""
     trees = {}
     for tree in sorted((ROOT / "build").glob("*")):
         objects = {isa: sorted((tree / "CMakeFiles" / f"vs_kernels_{isa}.dir").rglob("*.o"))
                    for isa in ISAS}
-        found = [o for files in objects.values() for o in files]
-        if found and min(o.stat().st_mtime for o in found) >= newest_source:
+        found = [str(o.relative_to(tree)) for files in objects.values() for o in files]
+        if found and _ninja_up_to_date(tree, found):
             trees[tree] = {isa: files for isa, files in objects.items() if files}
     return trees
+
+
+def _ninja_up_to_date(tree, targets) -> bool:
+    """Whether ninja has nothing to rebuild for ``targets`` in ``tree`` (a dry run)."""
+    if shutil.which("ninja") is None or not (tree / "build.ninja").exists():
+        return False
+    run = subprocess.run(["ninja", "-n", "-C", str(tree), *targets], capture_output=True,
+                         text=True)
+    return run.returncode == 0 and "no work to do" in run.stdout
 
 
 def stray_symbols(objects) -> list[str]:

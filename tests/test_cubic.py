@@ -336,15 +336,6 @@ def test_integer_volumes_are_refused(mode):
         volsample.grid_sample_3d(labels, grid, mode)
 
 
-@pytest.mark.parametrize("mode", CUBIC)
-def test_warps_refuse_the_cubic_modes(mode):
-    x = np.zeros((1, 1, 3, 3, 3), np.float32)
-    with pytest.raises(volsample.InvalidArgumentError, match="mode"):
-        volsample.warp_3d(x, mode=mode)
-    with pytest.raises(volsample.InvalidArgumentError, match="mode"):
-        volsample.warp_3d_backward(x, x, np.eye(3, 4, dtype=np.float32)[None], None, mode=mode)
-
-
 def test_unknown_modes_name_the_cubic_ones():
     x = np.zeros((1, 1, 3, 3, 3), np.float32)
     grid = np.zeros((1, 1, 1, 1, 3), np.float32)

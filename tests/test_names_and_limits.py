@@ -173,6 +173,9 @@ def test_allocator_refusal_becomes_volsamples_error(monkeypatch):
         volsample.upsample_trilinear_3d(np.zeros((1, 1, 2, 2, 2), np.float32), scale_factor=2)
 
 
-def test_results_within_memory_are_allocated():
-    out = _layout.aligned_empty((3, 5), np.float64, zero=True, name="x")
-    assert out.shape == (3, 5) and out.ctypes.data % _layout.ALIGNMENT == 0 and not out.any()
+@pytest.mark.parametrize("shape", [(3, 5), (3, 1 << 16)], ids=["small", "1.5 MiB"])
+def test_results_within_memory_are_allocated(shape):
+    out = _layout.aligned_empty(shape, np.float64, zero=True, name="x")
+    assert out.shape == shape and out.flags.c_contiguous and not out.any()
+    if out.nbytes >= 1 << 20:  # large enough to be streamed: on a cache line
+        assert out.ctypes.data % _layout.ALIGNMENT == 0

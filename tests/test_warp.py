@@ -258,7 +258,8 @@ def _threads_and_isas(call):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, BF16])
 @pytest.mark.parametrize("padding_mode", ["zeros", "reflection"])
-def test_bitwise_across_threads_and_isas(dtype, padding_mode):
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic", "bspline"])
+def test_bitwise_across_threads_and_isas(mode, dtype, padding_mode):
     """The same bits for every thread count (1, 2, 5: one slab, balanced slabs, the
     gradient beside the scatter) and every ISA, grad_theta included (its per-row sums
     are width-independent and reduced in row order). Odd widths: no whole vectors."""
@@ -271,7 +272,8 @@ def test_bitwise_across_threads_and_isas(dtype, padding_mode):
     go = rng.standard_normal((N, C) + spatial).astype(dtype)
     call = _calls.warp_backward(*(_calls.operand(n, a) for n, a in (
         ("grad_output", go), ("input", x), ("theta", theta), ("displacement", u))),
-        0, volsample._tables.PADDINGS.code(padding_mode), True, 1)
+        volsample._tables.MODES.code(mode), volsample._tables.PADDINGS.code(padding_mode), True,
+        1, cubic=True)
 
     def run(threads):
         out = np.empty(x.shape, dtype)

@@ -49,8 +49,10 @@ def logical_shape(physical_shape_, layout: str) -> tuple[int, ...]:
 
 # Where new results start: a cache line, so that a kernel's whole-vector rows are whole
 # lines (NumPy's own allocations start 16 bytes in), which the C++ kernels may then write
-# past the caches.
+# past the caches. Only results that large are streamed; smaller ones are NumPy's own
+# (aligning cost a few microseconds a call, more than an 8^3 sampling's kernel).
 ALIGNMENT = 64
+_ALIGNED_FROM_BYTES = 1 << 20
 
 
 def empty(logical_shape_, dtype, layout: str, zero: bool = False, *,
@@ -72,7 +74,8 @@ def memory_nbytes() -> int:
 
 
 def aligned_empty(shape, dtype, zero: bool = False, *, name: str = "result") -> np.ndarray:
-    """``np.empty`` (or ``np.zeros``) of a C-contiguous array starting on a cache line.
+    """``np.empty`` (or ``np.zeros``) of a C-contiguous array, starting on a cache line
+    from 1 MiB up.
 
     A result larger than the machine's physical memory is refused before anything is
     allocated (the kernels write every byte, so it could only be written through swap, if
@@ -85,6 +88,8 @@ def aligned_empty(shape, dtype, zero: bool = False, *, name: str = "result") -> 
         raise _too_large(name, shape, dtype, nbytes, f"more than this machine's memory, "
                                                      f"{_size(memory)}")
     try:
+        if nbytes < _ALIGNED_FROM_BYTES:
+            return (np.zeros if zero else np.empty)(shape, dtype)
         raw = (np.zeros if zero else np.empty)(nbytes + ALIGNMENT, np.uint8)
     except MemoryError:
         raise _too_large(name, shape, dtype, nbytes, "more than can be allocated now") from None

@@ -28,8 +28,10 @@ _NIFTI_SUFFIXES = (".nii.gz", ".nii")
 _DEMO_OUT = "volsample-demo"
 # (shape, iterations per level, coarsest first) of the demo and of ``demo --quick``
 _DEMO_SETTINGS = {False: ((64, 64, 64), (80, 40, 20)), True: ((32, 32, 32), (40, 20))}
-# --interp: the warp_3d mode of the warped image (label maps are always warped nearest)
-_INTERPOLATIONS = {"linear": "bilinear", "nearest": "nearest"}
+# --interp: the warp_3d mode of the warped image (label maps are always warped nearest);
+# the registration samples the moving image in it too, bilinearly for "nearest"
+_INTERPOLATIONS = {"linear": "bilinear", "nearest": "nearest", "bicubic": "bicubic",
+                   "bspline": "bspline"}
 
 
 class CommandError(Exception):
@@ -71,8 +73,10 @@ def add_register_arguments(parser: argparse.ArgumentParser) -> None:
                         help="affine Adam steps per level, as --iterations (default: the "
                              "same; 0 keeps the headers' alignment)")
     parser.add_argument("--interp", choices=tuple(_INTERPOLATIONS), default="linear",
-                        help="interpolation of the warped volume written (default linear; "
-                             "label maps are warped nearest)")
+                        help="interpolation of the moving volume, in the registration and in "
+                             "the warped volume written (default linear; nearest: written "
+                             "only, the registration samples linearly; label maps are "
+                             "warped nearest)")
     parser.add_argument("--grid-spacing", type=float, default=4.0, metavar="VOXELS",
                         help="control-point spacing at full resolution (default 4)")
     parser.add_argument("--smoothness", type=float, metavar="WEIGHT",
@@ -200,17 +204,19 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
     """Register, write the outputs in FIXED's grid and format, the report, and measure."""
     fixed_n, moving_n = (registration.normalise_intensity(v.data, name)
                          for v, name in ((fixed, "FIXED"), (moving, "MOVING")))
+    sampling = "bilinear" if interp == "nearest" else interp  # nearest has no gradient
     total = sum(settings["iterations"]) + sum(settings["affine_iterations"])
     bar = ProgressBar(total, enabled=progress and sys.stderr.isatty())
     try:
         levels = settings["levels"]
         result = registration.register(
             fixed_n, moving_n, loss, fixed_affine=fixed.affine, moving_affine=moving.affine,
-            **settings, callback=lambda stage, level, it, value, sim: bar.step(
+            **settings, interp=sampling, callback=lambda stage, level, it, value, sim: bar.step(
                 f"{stage} level {level + 1}/{levels} similarity {sim:.4g}"))
     finally:
         bar.close()
-    before = registration.resample(fixed_n.shape, fixed.affine, moving_n, moving.affine)
+    before = registration.resample(fixed_n.shape, fixed.affine, moving_n, moving.affine,
+                                   sampling)
     measure = registration.similarity_measure(loss, fixed_n)
     similarity = (measure.value(before), measure.value(result.warped))
     del measure

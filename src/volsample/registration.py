@@ -44,10 +44,12 @@ import numpy.typing as npt
 from . import _dtypes
 from ._checks import InvalidArgumentError
 from .grid_sample import grid_sample_3d
+from .spline import spline_coefficients
 from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
 from .warp import warp_3d, warp_3d_backward
 
 _SAMPLING: dict[str, Any] = dict(padding_mode="border", align_corners=True)  # of every image warp
+INTERPOLATIONS = ("bilinear", "bicubic", "bspline")  # the modes the optimisation samples in
 _NCC_EPS = 1e-5  # keeps the local NCC finite (and 0) in flat windows
 _MIN_LEVEL_SIZE = 8  # coarse pyramid levels keep at least this many voxels per axis
 
@@ -387,22 +389,33 @@ def _along(axis, index):
     return (slice(None),) * axis + (index,)
 
 
-def _sample(moving, theta, displacement, shape):
-    """The moving volume (its own grid) sampled at the fixed grid's points (``shape``):
-    warp_3d at theta plus a displacement (normalised units), borders extended."""
-    return warp_3d(moving[None, None], theta, displacement, shape, **_SAMPLING)[0, 0]
+def interpolant(volume: np.ndarray, interp: str = "bilinear") -> np.ndarray:
+    """What warp_3d samples in mode ``interp`` to interpolate ``volume`` (D, H, W): the
+    volume itself, or for "bspline" its spline coefficients under the warps' padding
+    (border, align_corners=True), so that the samples at the voxel centres give the
+    volume back. Computed once, sampled step after step."""
+    if interp != "bspline":
+        return volume
+    return spline_coefficients(volume[None, None], **_SAMPLING)[0, 0]
 
 
-def _similarity_gradient(measure, moving, theta, displacement, mask):
+def _sample(moving, theta, displacement, shape, interp="bilinear"):
+    """The moving volume (its own grid; ``interpolant(moving, interp)``) sampled at the
+    fixed grid's points (``shape``): warp_3d at theta plus a displacement (normalised
+    units), borders extended."""
+    return warp_3d(moving[None, None], theta, displacement, shape, interp, **_SAMPLING)[0, 0]
+
+
+def _similarity_gradient(measure, moving, theta, displacement, mask, interp):
     """Similarity (``measure``, built on the fixed volume) of the warped volume, and
     warp_3d_backward's (grad_theta, grad_displacement) of the loss ``sign * similarity`` as
     ``mask`` asks for them."""
-    warped = _sample(moving, theta, displacement, measure.fixed.shape)
+    warped = _sample(moving, theta, displacement, measure.fixed.shape, interp)
     sim, grad_warped = measure(warped)
     if measure.sign != 1:
         grad_warped *= grad_warped.dtype.type(measure.sign)
     _, grad_theta, grad_displacement = warp_3d_backward(
-        grad_warped[None, None], moving[None, None], theta, displacement, **_SAMPLING,
+        grad_warped[None, None], moving[None, None], theta, displacement, interp, **_SAMPLING,
         output_mask=(False,) + mask)
     return sim, grad_theta, grad_displacement
 
@@ -425,7 +438,7 @@ def moving_displacement(displacement: np.ndarray, theta: np.ndarray,
 
 def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, frame: Frame,
                      loss: str = "ncc", *, window: int = 5,
-                     measure: MeanSquares | LocalNCC | None = None
+                     measure: MeanSquares | LocalNCC | None = None, interp: str = "bilinear"
                      ) -> tuple[float, np.ndarray, float]:
     """The affine stage's objective at one resolution, and its gradient.
 
@@ -434,10 +447,11 @@ def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, 
     params : ndarray, shape (3, 4)
         The world affine about the fixed field of view's centre (``Frame``).
     fixed, moving : ndarray
-        The volumes at this resolution, each on its own grid.
+        The volumes at this resolution, each on its own grid (``moving`` as ``objective``
+        takes it).
     frame : Frame
         The two images' geometry.
-    loss, window, measure
+    loss, window, measure, interp
         As for ``objective``.
 
     Returns
@@ -447,14 +461,14 @@ def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, 
     """
     measure = measure or similarity_measure(loss, fixed, window)
     sim, grad_theta, _ = _similarity_gradient(measure, moving, frame.theta(params, moving.dtype),
-                                              None, (True, False))
+                                              None, (True, False), interp)
     return measure.sign * sim, frame.gradient(grad_theta.astype(np.float64)), sim
 
 
 def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc",
               weight: float = 0.0, *, theta: np.ndarray | None = None,
               full_shape: Sequence[int] | None = None, window: int = 5,
-              measure: MeanSquares | LocalNCC | None = None
+              measure: MeanSquares | LocalNCC | None = None, interp: str = "bilinear"
               ) -> tuple[float, np.ndarray, float]:
     """The deformable stage's objective at one resolution, and its gradient.
 
@@ -463,7 +477,9 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
     control : ndarray, shape (1, cd, ch, cw, 3)
         Control-point displacements, channels (x, y, z), in voxels of ``full_shape``.
     fixed, moving : ndarray
-        The volumes at this resolution, each on its own grid, of ``control``'s dtype.
+        The volumes at this resolution, each on its own grid, of ``control``'s dtype;
+        ``moving`` as ``interpolant(moving, interp)`` gives it (for "bspline", its spline
+        coefficients).
     loss : {"mse", "ncc"}
         The similarity term (NCC enters negated, so that lower is better).
     weight : float
@@ -478,6 +494,8 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
     measure : optional
         ``similarity_measure(loss, fixed, window)``, built once and reused across steps
         (default: built here).
+    interp : {"bilinear", "bicubic", "bspline"}
+        The mode ``moving`` is sampled in.
 
     Returns
     -------
@@ -497,7 +515,8 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
     # points, before the upsampling, and its transpose after the upsampling's backward.
     linear = theta[0, :, :3] * voxel_to_normalised(full_shape, dtype)
     moved = dense_displacement(control @ linear.T, fixed.shape)
-    sim, _, grad_moved = _similarity_gradient(measure, moving, theta, moved, (False, True))
+    sim, _, grad_moved = _similarity_gradient(measure, moving, theta, moved, (False, True),
+                                              interp)
     grad = upsample_trilinear_3d_backward(grad_moved, control.shape[:1] + (3,)
                                           + control.shape[1:4], align_corners=True,
                                           layout="NDHWC") @ linear
@@ -545,7 +564,8 @@ class RegistrationResult:
     displacement : ndarray, shape (D, H, W, 3), float32
         d on the fixed grid, in millimetres along the fixed image's world axes.
     warped : ndarray, shape (D, H, W), float32
-        The (normalised) moving volume on the fixed grid.
+        The (normalised) moving volume on the fixed grid, sampled in ``register``'s
+        ``interp``.
     control : ndarray, shape (1, cd, ch, cw, 3)
         The finest control grid, in fixed voxels, channels (x, y, z).
     history : list of (stage, level, objective, similarity)
@@ -573,7 +593,7 @@ class RegistrationResult:
     def warp(self, volume: np.ndarray, mode: str = "bilinear") -> np.ndarray:
         """Another volume on the moving grid, warped onto the fixed grid (e.g. labels with
         "nearest": an integer label map keeps its dtype and values; anything else is
-        warped as float32)."""
+        warped as float32; "bspline" interpolates it through its spline coefficients)."""
         volume = np.asarray(volume)
         if volume.shape != tuple(self.moving_shape):
             raise InvalidArgumentError(f"volume: expected the moving volume's shape "
@@ -582,7 +602,8 @@ class RegistrationResult:
             volume = volume.astype(np.float32, copy=False)
         shape = self.fixed_displacement.shape[1:4]
         moved = moving_displacement(self.fixed_displacement, self.theta, shape)
-        return warp_3d(volume[None, None], self.theta, moved, shape, mode, **_SAMPLING)[0, 0]
+        return warp_3d(interpolant(volume, mode)[None, None], self.theta, moved, shape, mode,
+                       **_SAMPLING)[0, 0]
 
     def voxel_map(self) -> np.ndarray:
         """Where each fixed voxel lands in the moving volume: (D, H, W, 3) moving voxel
@@ -624,6 +645,7 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
              affine_iterations: int | Sequence[int] | None = None,
              grid_spacing: float = 4.0, weight: float | None = None, lr: float = 0.25,
              affine_lr: float = 0.01, window: int = 5, tolerance: float = 1e-3,
+             interp: str = "bilinear",
              callback: Callable[[str, int, int, float, float], None] | None = None
              ) -> RegistrationResult:
     """Register ``moving`` to ``fixed``: an affine stage, then a free-form deformation,
@@ -664,6 +686,10 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         A level ends early when its objective stalls: when the best value of its last
         ``STALL_STEPS`` steps improves on the best before them by less than ``tolerance``
         times the similarity's scale (0: always run every step).
+    interp : {"bilinear", "bicubic", "bspline"}
+        The mode the moving volume is sampled in, in the optimisation and in the result's
+        ``warped``; "bspline" samples the spline coefficients of each level's moving
+        volume (``interpolant``), computed once per level.
     callback : callable(stage, level, iteration, objective, similarity), optional
         Called after every step (stage "affine" or "deformable"; levels counted from 0,
         coarsest first).
@@ -691,6 +717,9 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         raise InvalidArgumentError(f"tolerance: expected a number >= 0, got {tolerance!r}")
     if isinstance(window, bool) or not isinstance(window, int) or window < 1 or window % 2 == 0:
         raise InvalidArgumentError(f"window: expected an odd int >= 1, got {window!r}")
+    if interp not in INTERPOLATIONS:
+        raise InvalidArgumentError(f"interp: expected one of {', '.join(map(repr, INTERPOLATIONS))}, "
+                                   f"got {interp!r}")
     weight = DEFAULT_WEIGHTS[loss] if weight is None else weight
     shape = fixed.shape
     frame = Frame.of(shape, fixed_affine, moving.shape, moving_affine)
@@ -698,7 +727,8 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     for _ in range(levels - 1):
         factor, fixed_l, moving_l = pyramid[-1]
         pyramid.append((2 * factor, _halve(fixed_l), _halve(moving_l)))
-    pyramid.reverse()
+    pyramid = [(factor, fixed_l, interpolant(moving_l, interp))
+               for factor, fixed_l, moving_l in reversed(pyramid)]
     history = []
 
     def record(stage, level, it, value, sim):
@@ -715,7 +745,8 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         measure = similarity_measure(loss, fixed_l, window) if affine_steps[level] else None
         stall = _Stall(tolerance * _SCALES[loss])
         for it in range(affine_steps[level]):
-            value, grad, sim = affine_objective(params, fixed_l, moving_l, frame, measure=measure)
+            value, grad, sim = affine_objective(params, fixed_l, moving_l, frame, measure=measure,
+                                                interp=interp)
             adam.step(grad)
             record("affine", level, it, value, sim)
             if stall(value):
@@ -731,14 +762,15 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         stall = _Stall(tolerance * _SCALES[loss])
         for it in range(steps[level]):
             value, grad, sim = objective(control, fixed_l, moving_l, loss, weight, theta=theta,
-                                         full_shape=shape, measure=measure)
+                                         full_shape=shape, measure=measure, interp=interp)
             adam.step(grad)
             record("deformable", level, it, value, sim)
             if stall(value):
                 break
         del measure
     displacement = dense_displacement(control, shape)
-    warped = _sample(moving, theta, moving_displacement(displacement, theta, shape), shape)
+    warped = _sample(pyramid[-1][2], theta, moving_displacement(displacement, theta, shape),
+                     shape, interp)
     millimetres = displacement[0, ..., ::-1] @ fixed_affine[:3, :3].T.astype(np.float32)
     return RegistrationResult(frame.transform(params), np.ascontiguousarray(millimetres),
                               warped, control, history, fixed_affine, moving_affine,
@@ -749,11 +781,11 @@ def resample(fixed_shape: Sequence[int], fixed_affine: npt.ArrayLike, moving: np
              moving_affine: npt.ArrayLike,
              mode: str = "bilinear") -> np.ndarray:
     """``moving`` sampled on the fixed grid by the headers alone (T = I, d = 0): where the
-    registration starts."""
+    registration starts ("bspline": through its spline coefficients)."""
     frame = Frame.of(tuple(fixed_shape), _affine("fixed_affine", fixed_affine), moving.shape,
                      _affine("moving_affine", moving_affine))
-    return warp_3d(moving[None, None], frame.theta(IDENTITY_PARAMS), None, tuple(fixed_shape),
-                   mode, **_SAMPLING)[0, 0]
+    return warp_3d(interpolant(moving, mode)[None, None], frame.theta(IDENTITY_PARAMS), None,
+                   tuple(fixed_shape), mode, **_SAMPLING)[0, 0]
 
 
 def normalise_intensity(volume: np.ndarray, name: str = "volume") -> np.ndarray:

@@ -88,7 +88,7 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     a = _arrays(input=input, theta=theta, displacement=displacement)
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp(ops[0], ops[1], ops[2], size, mode, padding_mode, align_corners, units,
-                       layout, labels=True)
+                       layout, labels=True, cubic=True)
     out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
     _backend.forward(call, _layout.logical(a["input"], call.layout), a["theta"],
                      a["displacement"], out)
@@ -133,7 +133,7 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     a = _arrays(grad_output=grad_output, input=input, theta=theta, displacement=displacement)
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding_mode,
-                                align_corners, units, output_mask, layout)
+                                align_corners, units, output_mask, layout, cubic=True)
     want_input, want_theta, want_displacement = call.output_mask
     grad_input = (_layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
                   if want_input else None)

@@ -25,9 +25,25 @@ def forward(call, input, grid, out, threads=None) -> None:
     exact copies of voxel values)."""
     if out.size == 0:
         return
+    threads = _threads(call, out.size, threads)
+    if threads == 1:
+        grid, out = _planes_as_rows(grid, out)
     _kernels.grid_sample_forward(operand(input), operand(grid), operand(out), call.mode,
-                                 call.padding, call.align_corners,
-                                 _threads(call, out.size, threads))
+                                 call.padding, call.align_corners, threads)
+
+
+def _planes_as_rows(grid, out):
+    """Views of ``grid`` and ``out`` whose (H, W) planes of points are single rows, where
+    both arrays' strides allow it; else the arrays themselves. Each output row costs the
+    kernel its setup and a partly filled last vector: on 8^3 points in 64 rows, that was
+    40% of the kernel's time. (Rows are also how threads share the work, hence only on
+    one thread.)"""
+    N, Do, Ho, Wo, _ = grid.shape
+    if Ho == 1 or grid.strides[2] != grid.strides[3] * Wo or \
+            out.strides[3] != out.strides[4] * Wo:
+        return grid, out
+    return (grid.reshape(N, Do, 1, Ho * Wo, 3),
+            out.reshape(N, out.shape[1], Do, 1, Ho * Wo))
 
 
 def backward(call, grad_output, input, grid, grad_input, grad_grid, threads=None) -> None:
