@@ -2,8 +2,8 @@
 backend: bit for bit grid_sample_3d on the grid the warp computes (affine_grid(theta) +
 displacement, formed in the kernel's order and precision), grad_theta that grid's
 gradient reduced in float64, the float64 reference, finite differences for theta and the
-displacement, the adjoint identity for grad_input; the torch warp refuses the cubic modes.
-(Bits across thread counts and instruction sets: test_warp.py, every mode.)"""
+displacement, the adjoint identity for grad_input. (Bits across thread counts and
+instruction sets: test_warp.py, every mode; volsample.torch.warp: test_torch_warp.py.)"""
 from __future__ import annotations
 
 import itertools
@@ -11,11 +11,9 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
-import torch
 from helpers import assert_bitwise_equal, assert_close
 
 import volsample
-import volsample.torch as vt
 from volsample import _coords
 from volsample import _reference as reference
 
@@ -145,12 +143,3 @@ def test_gradients_are_finite_differences(mode, padding_mode, align_corners):
                  * go).sum())
     rhs = float((x * gi).sum())
     assert abs(lhs - rhs) <= 1e-12 * max(1.0, abs(lhs))
-
-
-@pytest.mark.parametrize("mode", CUBIC)
-def test_torch_warp_refuses_the_cubic_modes(mode):
-    """volsample.torch.warp (CPU and Triton share its checked description) refuses the
-    cubic modes with an error naming the mode argument, before any work."""
-    x = torch.zeros(1, 1, 3, 3, 3)
-    with pytest.raises(volsample.InvalidArgumentError, match="mode"):
-        vt.warp(x, torch.eye(3, 4)[None], mode=mode)

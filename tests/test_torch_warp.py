@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import assert_bitwise_equal
 
 import volsample
 import volsample.torch as vt
+from volsample.torch import _common
 
 ALL_MODES = list(itertools.product(["bilinear", "nearest"], ["zeros", "border", "reflection"],
                                    [False, True]))
@@ -162,8 +165,10 @@ def test_errors_are_volsample_and_pytorch_classes():
         vt.warp(x, theta, u, size=(1, 2, 3))
 
 
+@pytest.mark.parametrize("mode", [0, 2, 3])  # bilinear, bicubic, bspline: one path
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_cuda_kernels_call_the_triton_launchers_with_the_description(monkeypatch, deterministic):
+def test_cuda_kernels_call_the_triton_launchers_with_the_description(monkeypatch, deterministic,
+                                                                    mode):
     """The ops' CUDA kernels build the Warp description and hand it, with the tensors, to
     the launchers of volsample._triton.warp (a stand-in here: no GPU)."""
     import sys
@@ -182,10 +187,79 @@ def test_cuda_kernels_call_the_triton_launchers_with_the_description(monkeypatch
         backward=lambda *args: calls.append(("backward", args)) or grads)
     monkeypatch.setitem(sys.modules, "volsample._triton.warp", stand_in)
     monkeypatch.setattr(volsample._config, "_deterministic", deterministic)
-    assert _warp._warp_3d_cuda(x, theta, u, [3, 6, 4], 0, 1, True, 1) is out
-    gi, gt, gd = _warp._warp_3d_backward_cuda(go, x, theta, u, 0, 1, True, 1, [False, True, True])
+    assert _warp._warp_3d_cuda(x, theta, u, [3, 6, 4], mode, 1, True, 1) is out
+    gi, gt, gd = _warp._warp_3d_backward_cuda(go, x, theta, u, mode, 1, True, 1,
+                                              [False, True, True])
     assert gi.numel() == 0 and gt is grads[1] and gd is grads[2]
     (_, (call, *tensors)), (_, (bcall, *btensors)) = calls
     assert call.output_spatial == (3, 6, 4) and call.units == 1 and call.padding == 1
+    assert call.mode == bcall.mode == mode
     assert tensors[0] is x and tensors[1] is theta and tensors[2] is u
     assert bcall.output_mask == (False, True, True) and btensors[-1] == deterministic
+
+
+# ---------------------------------------------------------------------------------------
+# The cubic modes (bicubic, bspline)
+# ---------------------------------------------------------------------------------------
+
+CUBIC_MODES = list(itertools.product(["bicubic", "bspline"], ["zeros", "border", "reflection"],
+                                     [False, True]))
+
+
+def _logical(t):
+    return np.asarray(_common.read_only_array(t.detach()))
+
+
+@pytest.mark.parametrize("mode,padding_mode,align_corners", CUBIC_MODES)
+@pytest.mark.parametrize("dtype,fmt", [(torch.float64, "contiguous"),
+                                       (torch.float32, "channels_last")])
+def test_cubic_warp_gives_the_numpy_warps_bits(mode, padding_mode, align_corners, dtype, fmt):
+    """The torch door runs the NumPy API's kernels: forward and the fused backward (no
+    grid formed), bit for bit."""
+    x, theta, u = operands(dtype, seed=3)
+    if fmt == "channels_last":
+        x = x.detach().contiguous(memory_format=torch.channels_last_3d).requires_grad_()
+    sampling = (mode, padding_mode, align_corners)
+    out = vt.warp(x, theta, u, None, *sampling, displacement_units="voxels")
+    go = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (x, theta, u), go)
+    layout = "NDHWC" if fmt == "channels_last" else "NCDHW"
+    physical = ((lambda a: a.transpose(0, 2, 3, 4, 1)) if layout == "NDHWC"
+                else (lambda a: a))
+    arrays = [_logical(t) for t in (x, theta, u, go)]
+    expected = volsample.warp_3d(physical(arrays[0]), arrays[1], arrays[2], None, *sampling,
+                                 layout=layout, displacement_units="voxels")
+    expected_grads = volsample.warp_3d_backward(
+        physical(arrays[3]), physical(arrays[0]), arrays[1], arrays[2], *sampling,
+        layout=layout, displacement_units="voxels")
+    assert_bitwise_equal("output", physical(_logical(out)), expected)
+    for name, got, want in zip(("input", "theta", "displacement"), grads, expected_grads):
+        got = _logical(got)
+        assert_bitwise_equal(f"grad {name}", physical(got) if name == "input" else got, want)
+
+
+@pytest.mark.parametrize("mode,padding_mode,align_corners", CUBIC_MODES)
+def test_cubic_warp_is_grid_sample_on_its_grid(mode, padding_mode, align_corners):
+    """Against vt.grid_sample on the grid affine_grid(theta) + displacement (float64 to
+    round-off), every gradient through autograd."""
+    x, theta, u = operands(seed=4)
+    ours = vt.warp(x, theta, u, None, mode, padding_mode, align_corners)
+    size = (x.shape[0], x.shape[1]) + tuple(u.shape[1:4])
+    grid = F.affine_grid(theta, size, align_corners=align_corners) + u
+    theirs = vt.grid_sample(x, grid, mode, padding_mode, align_corners)
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    go = torch.randn_like(ours)
+    for a, b, name in zip(torch.autograd.grad(ours, (x, theta, u), go),
+                          torch.autograd.grad(theirs, (x, theta, u), go),
+                          ("input", "theta", "displacement")):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11, msg=f"grad {name}")
+
+
+@pytest.mark.parametrize("mode,padding_mode", [("bicubic", "zeros"), ("bspline", "reflection"),
+                                               ("bicubic", "border")])
+def test_cubic_gradcheck_gradgradcheck_forward_ad(mode, padding_mode):
+    x, theta, u = operands(N=1, C=2, in_spatial=(3, 4, 3), out_spatial=(2, 3, 2), seed=5)
+    fn = lambda a, b, c: vt.warp(a, b, c, None, mode, padding_mode, True,  # noqa: E731
+                                 displacement_units="voxels")
+    assert torch.autograd.gradcheck(fn, (x, theta, u), check_forward_ad=True)
+    assert torch.autograd.gradgradcheck(fn, (x, theta, u))

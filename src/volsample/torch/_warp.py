@@ -51,7 +51,8 @@ def _describe(input, theta, displacement, size, interpolation_mode, padding_mode
     ops = _operands(input=input, theta=theta, displacement=displacement)
     mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
     return _calls.warp(ops[0], ops[1], ops[2], list(size), mode, padding, align_corners, units,
-                       _common.layout(input), shape_order="NCDHW", dialect=_common.TORCH)
+                       _common.layout(input), shape_order="NCDHW", dialect=_common.TORCH,
+                       cubic=True)
 
 
 @_common.cached_description
@@ -64,7 +65,7 @@ def _describe_backward(grad_output, input, theta, displacement, interpolation_mo
     mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
     return _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding, align_corners, units, output_mask,
                                 _common.layout(input), shape_order="NCDHW",
-                                dialect=_common.TORCH)
+                                dialect=_common.TORCH, cubic=True)
 
 
 def _gradients(output_mask, input, theta, displacement):
