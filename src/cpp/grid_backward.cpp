@@ -212,7 +212,8 @@ struct Backward {
   // Bicubic and B-spline points [w, w + L) of a row, as PointBlock does for the corners.
   // The scatter goes point by point (lane by lane), each point's 64 taps in (z, y, x)
   // order, so every element receives its terms in point order, and taps that padding
-  // folds onto one voxel add in tap order.
+  // folds onto one voxel add in tap order. A point whose four x taps all scatter onto
+  // consecutive elements adds each row's four terms without branches (add_run).
   template <bool SCATTER, bool GATHER>
   struct TapBlock {
     const Backward* k;
@@ -225,7 +226,9 @@ struct Backward {
     alignas(64) Lane gi_row[kTaps * kTaps][L];   // grad_input offsets of row j = 4 z + y
     alignas(64) Lane gi_column[kTaps][L];        // and of x tap k within a row
     alignas(64) T weight[3][kTaps][L];
+    alignas(64) T x_weight[L][kTaps];  // the x taps' weights, point by point
     unsigned tap_lanes[3][kTaps];  // each tap's lanes that scatter (z: on the task's planes)
+    unsigned x_run;                // lanes whose x taps all scatter, onto consecutive elements
 
     VS_NOINLINE void prepare(const Backward& kernel, const RowCoords<T>& r, const Row& row_,
                              int64_t w_, Planes planes) {
@@ -247,6 +250,13 @@ struct Backward {
             store_(weight[axis][t], f.weight[axis][t]);
             tap_lanes[axis][t] = bits_of(f.reads[axis][t]) & live;
           }
+        x_run = tap_lanes[0][0] & tap_lanes[0][1] & tap_lanes[0][2] & tap_lanes[0][3];
+        for (int64_t l = 0; l < valid; ++l) {
+          for (int t = 0; t < kTaps; ++t) {
+            x_weight[l][t] = weight[0][t][l];
+            if (gi_column[t][l] != gi_column[0][l] + t) x_run &= ~(1u << l);
+          }
+        }
         if (planes.clip) {  // the padded z taps are whole numbers in [0, D)
           const V lo{T(std::clamp<int64_t>(planes.lo - row.n * kernel.g.D, -1, kernel.g.D))};
           const V hi{T(std::clamp<int64_t>(planes.hi - row.n * kernel.g.D, -1, kernel.g.D))};
@@ -278,18 +288,31 @@ struct Backward {
       const GridSampleArgs& a = k->a;
       T* gi_c = k->gin + row.n * a.grad_input.stride[0] + c * a.grad_input.stride[1];
       for (int64_t l = 0; l < valid; ++l) {
+        const bool run = x_run >> l & 1;
         for (int z = 0; z < kTaps; ++z) {
           if (!(tap_lanes[2][z] >> l & 1)) continue;
           for (int y = 0; y < kTaps; ++y) {
             if (!(tap_lanes[1][y] >> l & 1)) continue;
             T* at = gi_c + gi_row[kTaps * z + y][l];
             const T wyz = weight[1][y][l] * weight[2][z][l];
+            if (run) {
+              add_run(at + gi_column[0][l], go[l], x_weight[l], wyz);
+              continue;
+            }
             for (int x = 0; x < kTaps; ++x)
               if (tap_lanes[0][x] >> l & 1)
                 at[gi_column[x][l]] += go[l] * (weight[0][x][l] * wyz);
           }
         }
       }
+    }
+
+    // at[x] += go * (w[x] * wyz) for the four x taps of a row, at consecutive elements:
+    // element-wise, so the compiler may add the four at once (the same bits).
+    static void add_run(T* at, T go, const T w[kTaps], T wyz) {
+      T term[kTaps];
+      for (int x = 0; x < kTaps; ++x) term[x] = go * (w[x] * wyz);
+      for (int x = 0; x < kTaps; ++x) at[x] += term[x];
     }
 
     // The points' grid gradients handed to the sink.

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "coords.h"
 #include "grid_common.h"
@@ -173,7 +174,9 @@ struct TapFootprint {
 };
 
 // Reads a footprint's 64 tap values, channel by channel, as 16 rows (z tap, y tap) of 4 x
-// taps; a tap that reads nothing gets 0 (never 0 * a value).
+// taps; a tap that reads nothing gets 0 (never 0 * a value). A volume of the compute type
+// is read a tap of every lane at a time (gather_: no per-tap branch, padding or not); a
+// 16-bit one lane by lane, converted.
 template <int MODE, class V>
 struct TapReader {
   using T = scalar_of<V>;
@@ -196,9 +199,13 @@ struct TapReader {
   template <class S>
   void read_row(const S* base, int j, V out[kTaps]) const {
     for (int x = 0; x < kTaps; ++x) {
-      alignas(64) T v[L];
-      for (int l = 0; l < L; ++l) v[l] = load<S, T>(base + row[j][l] + column[x][l]);
-      out[x] = select(on[j][x], load_<V>(v), V(T(0)));
+      if constexpr (std::is_same_v<S, T>) {
+        out[x] = gather_<V>(base, row[j], column[x], on[j][x]);
+      } else {
+        alignas(64) T v[L];
+        for (int l = 0; l < L; ++l) v[l] = load<S, T>(base + row[j][l] + column[x][l]);
+        out[x] = select(on[j][x], load_<V>(v), V(T(0)));
+      }
     }
   }
 };

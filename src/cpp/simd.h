@@ -91,6 +91,19 @@ inline void load_pairs_(const scalar_of<V>* base, const Lane* at, V& first, V& s
   second = load_<V>(b);
 }
 
+// Lane l's base[row[l] + column[l]] where `on` holds lane l, else 0 (a lane that is off
+// may read any valid memory, or none). The vector builds gather with the hardware's
+// masked gathers: for the cubic taps, 4 apart along each of 16 rows, they beat L plain
+// loads through memory (measured on Zen 4, AVX2 and AVX-512).
+template <class V, class Lane>
+inline V gather_(const scalar_of<V>* base, const Lane* row, const Lane* column, mask_of<V> on) {
+  using T = scalar_of<V>;
+  constexpr int L = lanes<V>::count;
+  alignas(64) T v[L];
+  for (int l = 0; l < L; ++l) v[l] = base[row[l] + column[l]];
+  return select(on, load_<V>(v), V(T(0)));
+}
+
 // The natural vector of T in the ISA being compiled (T itself in the scalar build).
 template <class T> struct native { using type = T; };
 
@@ -214,6 +227,19 @@ inline f32x16 next_lane_(f32x16 x) {
 inline f64x8 next_lane_(f64x8 x) {
   return f64x8(_mm512_permutexvar_pd(_mm512_setr_epi64(1, 2, 3, 4, 5, 6, 7, 7), x.v));
 }
+template <>
+inline f32x16 gather_<f32x16, int32_t>(const float* base, const int32_t* row,
+                                       const int32_t* column, f32x16_mask on) {
+  const __m512i at = _mm512_add_epi32(_mm512_loadu_si512(row), _mm512_loadu_si512(column));
+  return f32x16(_mm512_mask_i32gather_ps(_mm512_setzero_ps(), on.m, at, base, 4));
+}
+template <>
+inline f64x8 gather_<f64x8, int32_t>(const double* base, const int32_t* row,
+                                     const int32_t* column, f64x8_mask on) {
+  const __m256i at = _mm256_add_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)),
+                                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column)));
+  return f64x8(_mm512_mask_i32gather_pd(_mm512_setzero_pd(), on.m, at, base, 8));
+}
 inline unsigned bits_of(f32x16_mask m) { return m.m; }
 inline unsigned bits_of(f64x8_mask m) { return m.m; }
 template <> struct native<float> { using type = f32x16; };
@@ -262,6 +288,20 @@ inline f32x8 next_lane_(f32x8 x) {
   return f32x8(_mm256_permutevar8x32_ps(x.v, _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 7)));
 }
 inline f64x4 next_lane_(f64x4 x) { return f64x4(_mm256_permute4x64_pd(x.v, _MM_SHUFFLE(3, 3, 2, 1))); }
+template <>
+inline f32x8 gather_<f32x8, int32_t>(const float* base, const int32_t* row, const int32_t* column,
+                                     f32x8_mask on) {
+  const __m256i at = _mm256_add_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row)),
+                                      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column)));
+  return f32x8(_mm256_mask_i32gather_ps(_mm256_setzero_ps(), base, at, on.m, 4));
+}
+template <>
+inline f64x4 gather_<f64x4, int32_t>(const double* base, const int32_t* row,
+                                     const int32_t* column, f64x4_mask on) {
+  const __m128i at = _mm_add_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)),
+                                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(column)));
+  return f64x4(_mm256_mask_i32gather_pd(_mm256_setzero_pd(), base, at, on.m, 8));
+}
 inline unsigned bits_of(f32x8_mask m) { return unsigned(_mm256_movemask_ps(m.m)); }
 inline unsigned bits_of(f64x4_mask m) { return unsigned(_mm256_movemask_pd(m.m)); }
 template <> struct native<float> { using type = f32x8; };
