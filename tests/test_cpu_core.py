@@ -69,3 +69,39 @@ def test_kernel_codes_of_modes_and_paddings_are_pythons():
     # entry for entry: a mode added on one side only fails here.
     assert _cpu.MODES == {c.name: c.code for c in _tables.MODES.choices}
     assert _cpu.PADDINGS == {c.name: c.code for c in _tables.PADDINGS.choices}
+
+
+# A child that imports volsample, then prints the environment's OMP_WAIT_POLICY and has
+# libgomp display the settings it runs under (to stderr): how long a waiting thread spins,
+# GOMP_SPINCOUNT, tells the policies apart (libgomp shows an unset policy as PASSIVE too,
+# with 300,000 spins).
+_WAIT_POLICY_CHILD = """
+import ctypes, os
+import volsample
+print(os.environ.get("OMP_WAIT_POLICY"))
+ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD).omp_display_env(1)
+"""
+
+
+def _wait_policy_in_child(**env_vars):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    result = subprocess.run([sys.executable, "-c", _WAIT_POLICY_CHILD], capture_output=True,
+                            text=True, env={**env, **env_vars}, timeout=120)
+    if result.returncode != 0 and ("libgomp" in result.stderr or "omp_display_env" in result.stderr):
+        pytest.skip("the kernels' OpenMP runtime is not GCC's libgomp")
+    assert result.returncode == 0, result.stderr
+    spins = [line.split("=")[1].strip(" '") for line in result.stderr.splitlines()
+             if "GOMP_SPINCOUNT" in line]
+    return result.stdout.strip(), spins
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="libgomp: Linux builds")
+def test_openmp_threads_wait_passively_unless_the_user_chose():
+    """volsample loads its OpenMP runtime with the passive wait policy and takes the
+    variable out of the environment again; a policy the user set is kept."""
+    environ, spins = _wait_policy_in_child()
+    assert (environ, spins) == ("None", ["0"])
+    environ, spins = _wait_policy_in_child(OMP_WAIT_POLICY="active")
+    assert environ == "active" and spins and int(spins[0]) > 300_000, spins
+    environ, spins = _wait_policy_in_child(GOMP_SPINCOUNT="1000")
+    assert (environ, spins) == ("None", ["1000"])

@@ -300,8 +300,8 @@ def _strategy_case(strategy, rng):
     """Inputs that send the backward down each of its parallel strategies on two threads:
     a grid close to the identity (rows in one or two planes: slabs of planes, some rows
     straddling two), random points (rows reach everywhere: one slab beside grid-gradient
-    tasks) and two batches (one batch per slab)."""
-    n = 2 if strategy == "batches" else 1
+    tasks) and eight batches (whole batches per slab: four slabs per thread)."""
+    n = 8 if strategy == "batches" else 1
     x = rng.standard_normal((n, 2, 8, 5, 6)).astype(np.float32)
     if strategy == "random":
         grid = rng.uniform(-1.2, 1.2, (n, 8, 5, 6, 3))
@@ -325,6 +325,8 @@ def test_backward_parallel_strategies(strategy, mode, padding_mode, align_corner
                               MODE_CODE[mode], PADDING_CODE[padding_mode], align_corners)
     slabs = cpu_grid.backward_slabs(call, x, grid, 2)
     assert (len(slabs) - 1 == 1) == (strategy == "random"), slabs
+    if strategy == "batches":
+        assert slabs == [8 * n for n in range(9)], slabs
     results = {}
     previous = volsample.get_num_threads()
     try:

@@ -32,6 +32,25 @@ namespace VS_ISA {
 namespace grid {
 namespace {
 
+// Channels last, the scatter goes point by point over all channels at once (below this many
+// channels, channel by channel): a corner's channels are adjacent elements, added as vectors
+// (measured, benchmarks/scatter_designs.cpp: 3x faster at C = 8, 6x at 32).
+constexpr int64_t kMinChannelVectors = 8;
+
+// to[c] += from[c * step] * weight for c < count: each term a product rounded on its own,
+// then added (no fused multiply-add), as scatter_term and the channel-by-channel scatter.
+template <class S, class T>
+inline void add_scaled_channels(T* to, const S* from, int64_t step, T weight, int64_t count) {
+  if constexpr (std::is_same_v<S, T>) {
+    if (step == 1) {
+#pragma omp simd
+      for (int64_t c = 0; c < count; ++c) to[c] += from[c] * weight;
+      return;
+    }
+  }
+  for (int64_t c = 0; c < count; ++c) to[c] += load<S, T>(from + c * step) * weight;
+}
+
 // The backward's operands and loops over points, L at a time; the points' coordinates come
 // from `source`, their grid gradient goes to `sink`.
 template <class S, class G, int MODE, class Source, class Sink>
@@ -52,10 +71,13 @@ struct Backward {
   const S* inp;
   T* gin;
   int64_t gi_offsets[8];
+  bool channel_vectors;  // grad_input's channels adjacent: scatter them together (corners)
 
   Backward(const GridSampleArgs& args, const Source& points, const Sink& gradient_sink)
       : a(args), g(args), source(points), sink(gradient_sink), gout(args.grad_output.ptr<S>()),
-        inp(args.input.ptr<S>()), gin(args.grad_input.ptr<T>()) {
+        inp(args.input.ptr<S>()), gin(args.grad_input.ptr<T>()),
+        channel_vectors(!is_cubic(MODE) && gin && args.grad_input.stride[1] == 1 &&
+                        g.C >= kMinChannelVectors) {
     if (gin) corner_offsets(a.grad_input, gi_offsets);
   }
 
@@ -142,7 +164,7 @@ struct Backward {
       if (!touches) return;
       const GridSampleArgs& a = k->a;
       if (kGradient) reader->prefetch(k->inp + row.n * a.input.stride[0] + c * a.input.stride[1]);
-      if (SCATTER) {
+      if (SCATTER && !k->channel_vectors) {
         const int64_t* gs = a.grad_input.stride;
         const T* gi_c = k->gin + row.n * gs[0] + c * gs[1];
         for (int64_t corner_row : {int64_t(0), gs[3], gs[2], gs[2] + gs[3]}) {
@@ -152,9 +174,10 @@ struct Backward {
       }
     }
 
-    // Channel c's share: its coordinate terms summed, its scatter terms scattered.
+    // Channel c's share: its coordinate terms summed, its scatter terms scattered (unless
+    // scatter_channels does that).
     void channel(int64_t c) {
-      if (!touches) return;
+      if (!touches || (!kGradient && k->channel_vectors)) return;
       const GridSampleArgs& a = k->a;
       const int64_t* gs = a.grad_output.stride;
       const V grad_output =
@@ -164,7 +187,25 @@ struct Backward {
         reader->read(k->inp + row.n * a.input.stride[0] + c * a.input.stride[1], v);
         add_coordinate_terms(v, f.weight, f.corner, grad_output, sum);
       }
-      if (SCATTER) scatter(c, grad_output);
+      if (SCATTER && !k->channel_vectors) scatter(c, grad_output);
+    }
+
+    // Every channel's scatter terms added into grad_input (channel_vectors), point by point:
+    // a point's corners are distinct elements, so each element receives its terms in point
+    // order, and a corner's channels go as vectors.
+    void scatter_channels() const {
+      if (!SCATTER || !touches) return;
+      const GridSampleArgs& a = k->a;
+      const int64_t* os = a.grad_output.stride;
+      alignas(64) T weights[8][L];
+      for (int i = 0; i < kCorners; ++i) store_(weights[i], cw[i]);
+      T* gi_n = k->gin + row.n * a.grad_input.stride[0];
+      const S* go = k->gout_row(row) + w * os[4];
+      for (int64_t l = 0; l < valid; ++l)
+        for (int i = 0; i < kCorners; ++i)
+          if (corner_lanes[i] >> l & 1)
+            add_scaled_channels(gi_n + gi_lanes[l] + k->gi_offsets[i], go + l * os[4], os[1],
+                                weights[i][l], k->g.C);
     }
 
     // Channel c's scatter terms added into grad_input, in the order scatter_order chose.
@@ -369,6 +410,9 @@ struct Backward {
           if (ahead < g.C * count) blocks[ahead % count].prefetch(ahead / count);
           blocks[b].channel(c);
         }
+      if constexpr (!is_cubic(MODE))
+        if (channel_vectors)
+          for (int64_t b = 0; b < count; ++b) blocks[b].scatter_channels();
       for (int64_t b = 0; b < count; ++b) blocks[b].finish();
     }
   }
@@ -395,13 +439,14 @@ struct Backward {
     }
   }
 
-  // Task t runs slab t, if there is one (slab s alone writes grad_input's planes
-  // [slabs[s], slabs[s+1])), and then the grid gradient of rows [grad_rows[t],
-  // grad_rows[t+1]), if those bounds exist; the two never write the same memory.
+  // Tasks [0, slabs) run the slabs (slab s alone writes grad_input's planes [slabs[s],
+  // slabs[s+1])), the tasks after them the grid gradient of rows [grad_rows[c],
+  // grad_rows[c+1]), if those bounds exist; the two never write the same memory. Threads
+  // take the tasks in order as they come free.
   void run(const Plan& p) const {
     const int64_t slabs = p.n_slabs();
     const int64_t chunks = p.grad_rows.empty() ? 0 : int64_t(p.grad_rows.size()) - 1;
-    const int64_t tasks = std::max(slabs, chunks);
+    const int64_t tasks = slabs + chunks;
     const bool slabs_do_grid = sink.wanted() && chunks == 0;
 #pragma omp parallel num_threads(std::max<int>(1, std::min<int64_t>(a.threads, tasks)))
     {
@@ -409,7 +454,7 @@ struct Backward {
 #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < tasks; ++t) {
         if (t < slabs) slab(p, t, slabs_do_grid, work);
-        if (t < chunks) gradient_rows(p.grad_rows[t], p.grad_rows[t + 1], work);
+        else gradient_rows(p.grad_rows[t - slabs], p.grad_rows[t - slabs + 1], work);
       }
     }
   }

@@ -7,8 +7,13 @@
 // receives its terms in increasing point order whatever the slabs are. A row's grid
 // gradient is computed once, by one of the slabs it touches; when rows reach across the
 // volume (a random grid), one slab does the whole scatter and the other tasks compute the
-// grid gradient beside it. How the planes are split (whole batches when there are enough;
-// otherwise balanced by the rows touching each plane) changes the speed, never the bits.
+// grid gradient beside it, in chunks of rows. How the planes are split (whole batches when
+// there are enough; otherwise balanced by the rows touching each plane) changes the speed,
+// never the bits.
+//
+// There are more tasks than threads (up to kPiecesPerThread per thread), taken by threads
+// as they come free: a thread that shares its core with another process then holds back
+// only its current task, and the others take the rest.
 #pragma once
 
 #include <algorithm>
@@ -24,6 +29,10 @@
 namespace vs {
 namespace VS_ISA {
 namespace grid {
+
+// Tasks per thread the plan aims at (fewer where more slabs would prepare too many rows
+// twice, grid_backward_plan.cpp).
+constexpr int kPiecesPerThread = 4;
 
 // The input planes a task scatters into: all of a row's (clip false), or only [lo, hi).
 struct Planes {
@@ -117,7 +126,7 @@ void row_planes(const Rows& source, const Geometry& g, bool align_corners, int t
 #pragma omp parallel num_threads(threads)
   {
     RowCoords<T> r(g.Wo);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 64)
     for (int64_t i = 0; i < g.rows; ++i) {  // each row writes its own range
       const Row row(i, g);
       source.fill(row, g, r);
@@ -160,10 +169,11 @@ void row_planes(const Rows& source, const Geometry& g, bool align_corners, int t
 }
 
 // The steps of a plan that do not look at coordinates (grid_backward_plan.cpp).
-// Slabs of whole batches, one run of batches per thread (N >= threads).
-void split_by_batches(Plan& p, const Geometry& g, int threads);
-// Slabs balanced by the rows touching each plane (row_first, row_last set), or one slab
-// when rows reach across slabs on average.
+// Slabs of whole batches, `pieces` runs of them (N >= pieces).
+void split_by_batches(Plan& p, const Geometry& g, int64_t pieces);
+// Slabs balanced by the rows touching each plane (row_first, row_last set): as many as
+// the rows allow up to kPiecesPerThread per thread; else whole batches (N >= threads), one
+// slab per thread, or one slab when rows reach across slabs on average.
 void split_by_rows(Plan& p, const Geometry& g, int threads);
 // The row bounds of the tasks that compute the grid gradient beside the slabs, if any.
 void split_grid_rows(Plan& p, const Geometry& g, int threads, bool want_input);
@@ -177,8 +187,8 @@ Plan make_plan(const GridSampleArgs& a, const Geometry& g, const Rows& source, b
   if (want_input) {
     if (a.threads == 1) {
       p.slabs = {0, g.N * g.D};  // one slab holds every plane: the ranges are not read
-    } else if (g.N >= a.threads) {
-      split_by_batches(p, g, a.threads);
+    } else if (g.N >= int64_t(kPiecesPerThread) * a.threads) {
+      split_by_batches(p, g, int64_t(kPiecesPerThread) * a.threads);
     } else {
       p.row_first.resize(g.rows);
       p.row_last.resize(g.rows);

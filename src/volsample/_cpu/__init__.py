@@ -8,10 +8,28 @@ computes the same bits.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .. import _dtypes
-from . import _kernels
+
+# OpenMP threads waiting for work sleep at once instead of spinning (GCC's libgomp spins
+# up to 300,000 rounds first): a spinning thread takes a core that another process, or
+# the thread it waits for, needs (measured: a backward at 2 threads beside a busy core,
+# and torch and volsample calls taking turns, ran many times slower). libgomp reads the
+# policy once, when it loads with the kernels; a policy the user set (OMP_WAIT_POLICY or
+# GOMP_SPINCOUNT) is kept, and the variable is removed again after the load, so child
+# processes see the user's environment.
+WAIT_POLICY = "passive"
+_chosen = "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ
+if not _chosen:
+    os.environ["OMP_WAIT_POLICY"] = WAIT_POLICY
+try:
+    from . import _kernels
+finally:
+    if not _chosen:
+        del os.environ["OMP_WAIT_POLICY"]
 
 isa = _kernels.isa
 set_isa = _kernels.set_isa

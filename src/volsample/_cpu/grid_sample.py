@@ -81,7 +81,8 @@ def workspace_nbytes(call, threads=None) -> int:
     """Bytes the backward allocates beyond its results: the compute-precision accumulator
     of a 16-bit grad_input, and with several threads the plan that splits it into slabs
     (each output row's range of input planes, the rows touching each plane, the slab
-    bounds). The kernels' per-thread row tables, a few KiB, are not counted."""
+    bounds: at most one slab per plane). The kernels' per-thread row tables, a few KiB, are
+    not counted."""
     want_input, _ = call.output_mask
     C = call.input_shape[1]
     if not want_input or call.points == 0 or C == 0:
@@ -93,5 +94,5 @@ def workspace_nbytes(call, threads=None) -> int:
         total += int(np.prod(call.input_shape)) * call.compute_dtype.itemsize
     if threads > 1:
         rows = int(np.prod(call.grid_shape[:3]))
-        total += rows * 2 * 8 + (N * D + 1) * 8 + (threads + 1) * 8
+        total += rows * 2 * 8 + 2 * (N * D + 1) * 8
     return total

@@ -1,0 +1,295 @@
+// Designs of the trilinear backward's scatter into grad_input, timed side by side on the
+// same corner offsets and terms (the kernel's per-point maths done beforehand, untimed), and
+// checked bit for bit against the scalar order the kernel uses today.
+//
+//   g++ -O3 -march=native -ffp-contract=off -o /tmp/scatter_designs benchmarks/scatter_designs.cpp
+//   /tmp/scatter_designs [repeats]
+//
+// The points are the `volsample bench` workload's: a 96x112x96 volume sampled on a smooth
+// grid of as many points (the identity plus a smooth displacement of up to 3 voxels), 16
+// points (one AVX-512 vector of float32) a block, corner by corner from 7 down to 0, which
+// keeps every element's terms in point order along such rows (grid_backward.cpp).
+//
+// NCDHW, one channel (grad_input's element offsets differ per lane):
+//   scalar     the kernel today: per corner, lane by lane, load-add-store;
+//   rounds     per corner, gather the 16 lanes' elements, add, scatter; lanes whose element
+//              an earlier lane also hits (vpconflictd) wait for a later round, so every
+//              element still receives its terms in lane (point) order;
+//   distinct   per corner, one gather-add-scatter when the 16 lanes' elements are distinct,
+//              else the scalar loop;
+//   pairs      the x0 and x1 corners of a lane together: a 64-bit load-add-store of the pair
+//              (one rounding per float, as scalar), lane by lane.
+// NDHWC, C channels contiguous (grad_output's too):
+//   channels-major   the kernel today: channel by channel, each as the NCDHW scalar;
+//   channels-scalar  point by point, corner by corner, channel by channel (scalar);
+//   channels-vector  the same order, the C channels as one vector read-add-write.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+constexpr int L = 16;
+constexpr int D = 96, H = 112, W = 96;
+
+struct Points {
+  int64_t count = 0;
+  std::vector<int32_t> low;    // element offset of each point's lowest corner (x fastest)
+  std::vector<float> term[8];  // each corner's term (grad_output * weight)
+  std::vector<uint8_t> inside; // bit k: corner k inside the volume
+};
+
+// The smooth grid of bench.smooth_grid in voxel units: identity plus a displacement of
+// smooth sines, up to `amplitude` voxels.
+Points smooth_points(float amplitude) {
+  Points p;
+  p.count = int64_t(D) * H * W;
+  p.low.resize(p.count);
+  for (auto& t : p.term) t.resize(p.count);
+  p.inside.resize(p.count);
+  uint32_t seed = 12345;
+  auto uniform = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return float(seed >> 8) / float(1 << 24);
+  };
+  int64_t i = 0;
+  for (int d = 0; d < D; ++d)
+    for (int h = 0; h < H; ++h)
+      for (int w = 0; w < W; ++w, ++i) {
+        const float c[3] = {
+            w + amplitude * std::sin(0.11f * d + 0.07f * h + 0.05f * w),
+            h + amplitude * std::sin(0.05f * d + 0.13f * w + 1.0f),
+            d + amplitude * std::sin(0.09f * h + 0.06f * w + 2.0f)};
+        const int size[3] = {W, H, D};
+        int low[3];
+        float frac[3];
+        uint8_t in[3][2];
+        for (int a = 0; a < 3; ++a) {
+          const float f = std::floor(c[a]);
+          low[a] = int(f);
+          frac[a] = c[a] - f;
+          in[a][0] = low[a] >= 0 && low[a] < size[a];
+          in[a][1] = low[a] + 1 >= 0 && low[a] + 1 < size[a];
+        }
+        const int lx = std::clamp(low[0], 0, W - 1), ly = std::clamp(low[1], 0, H - 1),
+                  lz = std::clamp(low[2], 0, D - 1);
+        p.low[i] = (lz * H + ly) * W + lx;
+        const float g = uniform() - 0.5f;
+        uint8_t mask = 0;
+        for (int k = 0; k < 8; ++k) {
+          const int bx = k & 1, by = k >> 1 & 1, bz = k >> 2;
+          const float wk = (bx ? frac[0] : 1 - frac[0]) * (by ? frac[1] : 1 - frac[1]) *
+                           (bz ? frac[2] : 1 - frac[2]);
+          p.term[k][i] = g * wk;
+          // Clamped lows shift the corners: keep only corners whose true voxel is the
+          // clamped one's (as the kernel's low = 0 where no tap lies inside would).
+          const bool ok = in[0][bx] && in[1][by] && in[2][bz] && lx == low[0] && ly == low[1] &&
+                          lz == low[2];
+          if (ok) mask |= uint8_t(1 << k);
+        }
+        p.inside[i] = mask;
+      }
+  return p;
+}
+
+const int32_t kCorner[8] = {0, 1, W, W + 1, H * W, H * W + 1, H * W + W, H * W + W + 1};
+
+__mmask16 lanes_of(const Points& p, int64_t b, int k) {
+  const __m128i m = _mm_loadu_si128(reinterpret_cast<const __m128i*>(&p.inside[b]));
+  return _mm_test_epi8_mask(m, _mm_set1_epi8(char(1 << k)));
+}
+
+void scalar(const Points& p, float* gin) {
+  for (int64_t b = 0; b < p.count; b += L) {
+    for (int k = 7; k >= 0; --k) {
+      float* at = gin + kCorner[k];
+      const __mmask16 lanes = lanes_of(p, b, k);
+      if (lanes == 0xFFFF) {  // every lane, without branches (as the kernel)
+        for (int l = 0; l < L; ++l) at[p.low[b + l]] += p.term[k][b + l];
+      } else {
+        for (int l = 0; l < L; ++l)
+          if (lanes >> l & 1) at[p.low[b + l]] += p.term[k][b + l];
+      }
+    }
+  }
+}
+
+void rounds(const Points& p, float* gin) {
+  for (int64_t b = 0; b < p.count; b += L) {
+    const __m512i low = _mm512_loadu_si512(&p.low[b]);
+    const __m512i conflicts = _mm512_conflict_epi32(low);  // the same for every corner
+    for (int k = 7; k >= 0; --k) {
+      float* at = gin + kCorner[k];
+      const __m512 t = _mm512_loadu_ps(&p.term[k][b]);
+      __mmask16 left = lanes_of(p, b, k);
+      while (left) {
+        // Lanes none of whose earlier equal lanes are still left.
+        const __mmask16 ready =
+            _mm512_mask_testn_epi32_mask(left, conflicts, _mm512_set1_epi32(int(left)));
+        const __m512 g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), ready, low, at, 4);
+        _mm512_mask_i32scatter_ps(at, ready, low, _mm512_add_ps(g, t), 4);
+        left &= __mmask16(~ready);
+      }
+    }
+  }
+}
+
+void distinct(const Points& p, float* gin) {
+  for (int64_t b = 0; b < p.count; b += L) {
+    const __m512i low = _mm512_loadu_si512(&p.low[b]);
+    const bool apart = _mm512_test_epi32_mask(_mm512_conflict_epi32(low), _mm512_set1_epi32(-1)) == 0;
+    for (int k = 7; k >= 0; --k) {
+      float* at = gin + kCorner[k];
+      const __mmask16 lanes = lanes_of(p, b, k);
+      if (apart) {
+        const __m512 t = _mm512_loadu_ps(&p.term[k][b]);
+        const __m512 g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes, low, at, 4);
+        _mm512_mask_i32scatter_ps(at, lanes, low, _mm512_add_ps(g, t), 4);
+      } else {
+        for (int l = 0; l < L; ++l)
+          if (lanes >> l & 1) at[p.low[b + l]] += p.term[k][b + l];
+      }
+    }
+  }
+}
+
+// x0 and x1 of each (y, z) corner row as one 64-bit read-add-write where both are inside.
+void pairs(const Points& p, float* gin) {
+  for (int64_t b = 0; b < p.count; b += L) {
+    for (int row = 3; row >= 0; --row) {
+      const int k0 = 2 * row, k1 = 2 * row + 1;
+      float* at = gin + kCorner[k0];
+      // Corner k1 before k0 for each lane would be the kernel's order; per lane both
+      // corners of a row are distinct elements, and lanes stay in order, so a lane's pair
+      // may go together only if no later lane reaches its x1 through its x0 (the next
+      // lane's x0 == this x1): then k1 of lane l must precede k0 of lane l + 1, as here.
+      for (int l = 0; l < L; ++l) {
+        const uint8_t in = p.inside[b + l];
+        float* e = at + p.low[b + l];
+        const bool a = in >> k0 & 1, c = in >> k1 & 1;
+        if (a && c) {
+          __m128 v = _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(e)));
+          const __m128 t = _mm_setr_ps(p.term[k0][b + l], p.term[k1][b + l], 0, 0);
+          _mm_store_sd(reinterpret_cast<double*>(e), _mm_castps_pd(_mm_add_ps(v, t)));
+        } else {
+          if (c) e[1] += p.term[k1][b + l];
+          if (a) e[0] += p.term[k0][b + l];
+        }
+      }
+    }
+  }
+}
+
+// NDHWC: grad_input (D, H, W, C), grad_output terms per point and channel.
+template <int C>
+void channels_scalar(const Points& p, const float* go, float* gin) {
+  for (int64_t i = 0; i < p.count; ++i) {
+    for (int k = 7; k >= 0; --k) {
+      if (!(p.inside[i] >> k & 1)) continue;
+      float* e = gin + int64_t(p.low[i] + kCorner[k]) * C;
+      const float w = p.term[k][i];
+      for (int c = 0; c < C; ++c) e[c] += go[i * C + c] * w;
+    }
+  }
+}
+
+// The kernel's order today: channel by channel, each over the points (a block of 16,
+// corner by corner from 7 down to 0, lane by lane), the elements C apart.
+template <int C>
+void channels_major(const Points& p, const float* go, float* gin) {
+  constexpr int64_t kBlocks = 6;  // a row of 96 points
+  for (int64_t first = 0; first < p.count; first += kBlocks * L)
+    for (int c = 0; c < C; ++c)
+      for (int64_t b = first; b < first + kBlocks * L && b < p.count; b += L)
+        for (int k = 7; k >= 0; --k)
+          for (int l = 0; l < L; ++l)
+            if (p.inside[b + l] >> k & 1)
+              gin[int64_t(p.low[b + l] + kCorner[k]) * C + c] += go[(b + l) * C + c] * p.term[k][b + l];
+}
+
+template <int C>
+void channels_vector(const Points& p, const float* go, float* gin) {
+  static_assert(C % 8 == 0);
+  for (int64_t i = 0; i < p.count; ++i) {
+    __m256 g[C / 8];
+    for (int v = 0; v < C / 8; ++v) g[v] = _mm256_loadu_ps(go + i * C + 8 * v);
+    for (int k = 7; k >= 0; --k) {
+      if (!(p.inside[i] >> k & 1)) continue;
+      float* e = gin + int64_t(p.low[i] + kCorner[k]) * C;
+      const __m256 w = _mm256_set1_ps(p.term[k][i]);
+      for (int v = 0; v < C / 8; ++v)
+        _mm256_storeu_ps(e + 8 * v, _mm256_add_ps(_mm256_loadu_ps(e + 8 * v),
+                                                  _mm256_mul_ps(g[v], w)));
+    }
+  }
+}
+
+double median_ms(const std::function<void()>& f, int repeats) {
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    const auto s = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - s).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 7;
+  const Points p = smooth_points(3.0f);
+  const int64_t volume = int64_t(D) * H * W;
+  std::vector<float> reference(volume, 0.0f), out(volume);
+  scalar(p, reference.data());
+  struct Design { const char* name; void (*fn)(const Points&, float*); };
+  const Design designs[] = {{"scalar", scalar}, {"rounds", rounds}, {"distinct", distinct},
+                            {"pairs", pairs}};
+  int64_t collide = 0;
+  for (int64_t b = 0; b < p.count; b += L) {
+    const __m512i low = _mm512_loadu_si512(&p.low[b]);
+    collide += _mm512_test_epi32_mask(_mm512_conflict_epi32(low), _mm512_set1_epi32(-1)) != 0;
+  }
+  std::printf("NCDHW C1, %lld points, %.1f%% of blocks with lanes sharing a corner\n",
+              (long long)p.count, 100.0 * double(collide) / double(p.count / L));
+  for (const Design& d : designs) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    d.fn(p, out.data());
+    const bool same = std::memcmp(out.data(), reference.data(), volume * sizeof(float)) == 0;
+    const double ms = median_ms([&] { d.fn(p, out.data()); }, repeats);
+    std::printf("  %-16s %8.2f ms  bits %s\n", d.name, ms, same ? "equal" : "DIFFER");
+  }
+  // NDHWC, C = 8 and 32.
+  auto channels = [&](auto tag) {
+    constexpr int C = decltype(tag)::value;
+    std::vector<float> go(p.count * C), ref(volume * C, 0.0f), got(volume * C, 0.0f);
+    std::printf("NDHWC C%d\n", C);
+    for (int64_t i = 0; i < p.count * C; ++i) go[i] = float((i * 7919) % 1000) / 1000.0f - 0.5f;
+    channels_scalar<C>(p, go.data(), ref.data());
+    channels_vector<C>(p, go.data(), got.data());
+    const bool same = std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0;
+    std::fill(got.begin(), got.end(), 0.0f);
+    channels_major<C>(p, go.data(), got.data());
+    const bool major_same = std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0;
+    const double m_ms = median_ms([&] { channels_major<C>(p, go.data(), got.data()); }, repeats);
+    std::printf("  %-16s %8.2f ms  bits %s\n", "channels-major", m_ms,
+                major_same ? "equal" : "DIFFER");
+    const double s_ms = median_ms([&] { channels_scalar<C>(p, go.data(), got.data()); }, repeats);
+    const double v_ms = median_ms([&] { channels_vector<C>(p, go.data(), got.data()); }, repeats);
+    std::printf("  %-16s %8.2f ms\n  %-16s %8.2f ms  bits %s\n",
+                "channels-scalar", s_ms, "channels-vector", v_ms, same ? "equal" : "DIFFER");
+  };
+  channels(std::integral_constant<int, 8>{});
+  channels(std::integral_constant<int, 32>{});
+  return 0;
+}
