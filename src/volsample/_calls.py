@@ -40,6 +40,8 @@ def memoised(key):
 
         @functools.wraps(build)
         def described(*args, **kwargs):
+            if tracing():
+                return build(*args, **kwargs)
             try:
                 k = key(*args, **kwargs)
                 return cache[k]
@@ -55,6 +57,14 @@ def memoised(key):
         return described
     return decorate
 
+
+def _never() -> bool:
+    return False
+
+
+# Whether a compiler is tracing the calls, which then describe afresh: a tracer would
+# guard on the caches' contents. volsample.torch sets torch.compiler.is_compiling.
+tracing: Callable[[], bool] = _never
 
 _DESCRIPTIONS_KEPT = 512  # per builder: the shapes of a training loop's calls, and then some
 

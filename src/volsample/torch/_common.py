@@ -334,9 +334,11 @@ def _call_key(*args):
 
 # Decorate an op's ``describe(*args)`` (its checked ``_calls`` description) to reuse the
 # description of an earlier call with the same ``_call_key``: building it costs more than a
-# small call's kernel. Failing calls raise every time; symbolic sizes (torch.compile
-# tracing) or strideless tensors describe afresh.
+# small call's kernel. Failing calls raise every time; calls that torch.compile traces
+# (their sizes may be symbolic, and dynamo would guard on the caches) or strideless
+# tensors describe afresh.
 cached_description = _calls.memoised(_call_key)
+_calls.tracing = torch.compiler.is_compiling
 
 
 # ---------------------------------------------------------------------------------------
