@@ -23,6 +23,7 @@ import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+import volsample  # noqa: E402
 import volsample._triton as vt  # noqa: E402
 from volsample import _calls, _coords, _reference  # noqa: E402
 from volsample._triton import grid_sample as tgs  # noqa: E402
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, on N
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
 MODES = {"bilinear": 0, "nearest": 1}
+CUBIC = {"bicubic": 2, "bspline": 3}
 PADDINGS = {"zeros": 0, "border": 1, "reflection": 2}
 # Against a float64 truth. 16-bit results are computed in float32 and rounded once, so
 # they must be within half an ulp of their own precision (and a little float32 noise);
@@ -44,7 +46,8 @@ TOLERANCE = {torch.float16: (2.0**-11 + 1e-4, 1e-4), torch.bfloat16: (2.0**-7 + 
 def grid_forward(volume, grid, mode, padding, align):
     """The grid-sampling launcher on the checked description of these operands."""
     call = _calls.grid_sample(_common.operand("input", volume), _common.operand("grid", grid),
-                              mode, padding, align, _common.layout(volume), shape_order="NCDHW")
+                              mode, padding, align, _common.layout(volume), shape_order="NCDHW",
+                              cubic=True)
     return tgs.forward(call, volume, grid)
 
 
@@ -52,7 +55,7 @@ def grid_backward(grad, volume, grid, mode, padding, align, output_mask, determi
     call = _calls.grid_sample_backward(
         _common.operand("grad_output", grad), _common.operand("input", volume),
         _common.operand("grid", grid), mode, padding, align, output_mask,
-        _common.layout(volume), shape_order="NCDHW")
+        _common.layout(volume), shape_order="NCDHW", cubic=True)
     return tgs.backward(call, grad, volume, grid, deterministic)
 
 
@@ -126,13 +129,24 @@ def torch_grid_sample(volume, grid, grad, mode, padding, align):
     return out, gi, gg
 
 
+def cpu_grid_sample(volume, grid, grad, mode, padding, align):
+    """The CPU kernels (the NumPy API) in float64 on the given values: the oracle of the
+    cubic modes, which PyTorch samples in 2-D only."""
+    v, g, go = (t.double().numpy() for t in (volume, grid, grad))
+    out = volsample.grid_sample_3d(v, g, mode, padding, align)
+    gi, gg = volsample.grid_sample_3d_backward(go, v, g, mode, padding, align)
+    return torch.from_numpy(out), torch.from_numpy(gi), torch.from_numpy(gg)
+
+
 def check_grid_sample(volume, grid, grad, mode, padding, align, dtype, kind="ncdhw"):
-    """Forward and both backwards against PyTorch; returns the deterministic gradients."""
-    out_ref, gi_ref, gg_ref = torch_grid_sample(volume, grid, grad, mode, padding, align)
+    """Forward and both backwards against PyTorch (the CPU kernels for the cubic modes);
+    returns the deterministic gradients."""
+    oracle = cpu_grid_sample if mode in CUBIC else torch_grid_sample
+    out_ref, gi_ref, gg_ref = oracle(volume, grid, grad, mode, padding, align)
     volume, grad = layout(volume, kind), layout(grad, kind)
     if kind == "strided":
         grid = strided_grid(grid)
-    m, p = MODES[mode], PADDINGS[padding]
+    m, p = {**MODES, **CUBIC}[mode], PADDINGS[padding]
     out = grid_forward(volume, grid, m, p, align)
     assert out.dtype == volume.dtype and out.shape == out_ref.shape
     assert out.is_contiguous(memory_format=vt.memory_format(volume))
@@ -349,6 +363,165 @@ def test_index_dtype_widens_past_int32():
     far_apart = torch.empty(2, 3, device="meta").as_strided((2, 3), (2**31, 1))
     assert vt.index_dtype(far_apart) == vt.tl.int64
     assert vt.index_dtype(torch.empty(4), counts=(2**31,)) == vt.tl.int64
+
+
+# --------------------------------------------------------------------------------------
+# Bicubic and cubic B-spline grid sampling: against the CPU kernels
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode, padding, align, dtype, kind", alternating_layouts(
+    list(CUBIC), list(PADDINGS), [False, True], DTYPES))
+def test_cubic_grid_sample_matches_cpu(mode, padding, align, dtype, kind):
+    check_grid_sample(*make_problem(dtype, spread=1.6), mode, padding, align, dtype, kind)
+
+
+@pytest.mark.parametrize("mode, padding", [("bicubic", "reflection"), ("bspline", "zeros")])
+def test_cubic_grid_sample_any_strides(mode, padding):
+    check_grid_sample(*make_problem(torch.float32, shape=(2, 3, 3, 4, 5)), mode, padding, True,
+                      torch.float32, "strided")
+
+
+@pytest.mark.parametrize("mode, dtype, grid_dtype", [("bicubic", torch.bfloat16, torch.float32),
+                                                     ("bspline", torch.float16, torch.float64)])
+def test_cubic_grid_sample_mixed_precision(mode, dtype, grid_dtype):
+    check_grid_sample(*make_problem(dtype, grid_dtype, shape=(2, 2, 3, 4, 5)), mode,
+                      "reflection", False, dtype)
+
+
+@pytest.mark.parametrize("mode, shape, out, padding, align, kind", [
+    ("bicubic", (1, 1, 1, 1, 1), (1, 2, 1), "reflection", True, "ncdhw"),  # empty spans
+    ("bspline", (1, 1, 1, 1, 1), (1, 2, 1), "border", False, "channels_last"),
+    ("bicubic", (2, 2, 1, 2, 7), (2, 1, 3), "reflection", False, "channels_last"),  # < 4 voxels
+    ("bspline", (2, 2, 1, 2, 7), (2, 1, 3), "zeros", True, "ncdhw"),
+    ("bspline", (1, 35, 2, 3, 2), (1, 2, 2), "reflection", True, "channels_last"),  # 2 chunks
+])
+def test_cubic_grid_sample_odd_shapes(mode, shape, out, padding, align, kind):
+    problem = make_problem(torch.float64, shape=shape, out=out, spread=2.5)
+    check_grid_sample(*problem, mode, padding, align, torch.float64, kind)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mode", list(CUBIC))
+def test_cubic_forward_and_grid_gradient_take_the_cpu_bits(mode, dtype):
+    # The kernels do the CPU's operations in its order (weights, tap sums, the chain;
+    # B-spline's division by 6 as a product corrected by its residual), so the
+    # interpreter gives the CPU's bits; grad_input adds its terms in another order.
+    volume, grid, grad = make_problem(dtype, spread=1.6)
+    for (padding, p), align in zip(PADDINGS.items(), (False, True, dtype == torch.float32)):
+        v, g, go = (t.numpy() for t in (volume, grid, grad))
+        out_ref = torch.from_numpy(volsample.grid_sample_3d(v, g, mode, padding, align))
+        gg_ref = torch.from_numpy(volsample.grid_sample_3d_backward(
+            go, v, g, mode, padding, align, (False, True))[1])
+        assert_bitwise(f"output ({padding}, {align})",
+                       grid_forward(volume, grid, CUBIC[mode], p, align), out_ref)
+        _, gg = grid_backward(grad, volume, grid, CUBIC[mode], p, align, (False, True),
+                              True)
+        assert_bitwise(f"grad_grid ({padding}, {align})", gg, gg_ref)
+
+
+@pytest.mark.parametrize("mode, padding", list(zip(["bicubic", "bspline", "bicubic"], PADDINGS)))
+def test_cubic_non_finite_points_contribute_nothing(mode, padding):
+    volume, grid, grad = make_problem(torch.float32)
+    grid[0, 0, 0, 0, 0] = float("nan")
+    grid[0, 0, 0, 1, 1] = float("inf")
+    grid[0, 0, 0, 2, 2] = -float("inf")
+    grid[0, 1, 0, 0, 0] = -1e38  # a voxel coordinate that overflows float32: reads nothing
+    bad = ~torch.isfinite(grid).all(-1)
+    bad[0, 1, 0, 0] = True
+    out_ref, gi_ref, gg_ref = cpu_grid_sample(volume, grid.masked_fill(bad[..., None], 0),
+                                              grad.masked_fill(bad[:, None], 0), mode,
+                                              padding, False)
+    m, p = CUBIC[mode], PADDINGS[padding]
+    out = grid_forward(volume, grid, m, p, False)
+    assert_close("output", out, out_ref.masked_fill(bad[:, None], 0), torch.float32)
+    assert not out[0, :, 1, 0, 0].any()
+    for deterministic in (False, True):
+        gi, gg = grid_backward(grad, volume, grid, m, p, False, (True, True), deterministic)
+        assert_close("grad_input", gi, gi_ref, torch.float32)
+        assert_close("grad_grid", gg, gg_ref, torch.float32)
+        assert not gg[bad].any()
+
+
+@pytest.mark.parametrize("padding", list(PADDINGS))
+def test_cubic_huge_coordinates_follow_the_cpu(padding):
+    # Every tap of a huge coordinate is padded on its own, in floating point (reflection
+    # folds it, border clips it, zeros reads nothing); no integer overflows anywhere.
+    volume, grid, grad = make_problem(torch.float64)
+    grid[0, 0, 0, :4] = torch.tensor([[1e30, -3e9, 0.2], [-1e300, 7.5e7, 1e20],
+                                      [2.5e15, 0.1, -1e25], [-0.3, 1e10, 4e8]])
+    for mode, align in zip(CUBIC, (padding != "border", padding == "border")):
+        out_ref, gi_ref, gg_ref = cpu_grid_sample(volume, grid, grad, mode, padding, align)
+        args = (CUBIC[mode], PADDINGS[padding], align)
+        assert_close(f"output ({mode}, {align})", grid_forward(volume, grid, *args), out_ref,
+                     torch.float64)
+        for deterministic in (False, True):
+            gi, gg = grid_backward(grad, volume, grid, *args, (True, True), deterministic)
+            assert_close(f"grad_input ({mode}, {align})", gi, gi_ref, torch.float64)
+            assert_close(f"grad_grid ({mode}, {align})", gg, gg_ref, torch.float64)
+
+
+@pytest.mark.parametrize("mode, deterministic", [("bicubic", False), ("bspline", True)])
+def test_cubic_output_mask(mode, deterministic):
+    volume, grid, grad = make_problem(torch.float32)
+    args = (CUBIC[mode], 2, True)
+    full_gi, full_gg = grid_backward(grad, volume, grid, *args, (True, True), deterministic)
+    gi, gg = grid_backward(grad, volume, grid, *args, (True, False), deterministic)
+    assert gg is None and torch.equal(gi, full_gi)
+    gi, gg = grid_backward(grad, volume, grid, *args, (False, True), deterministic)
+    assert gi is None and torch.equal(gg, full_gg)
+    assert grid_backward(grad, volume, grid, *args, (False, False), deterministic) == (None, None)
+
+
+@pytest.mark.parametrize("mode, padding, kind", [
+    ("bicubic", "border", "ncdhw"), ("bicubic", "reflection", "channels_last"),
+    ("bspline", "zeros", "channels_last"), ("bspline", "reflection", "ncdhw")])
+def test_cubic_deterministic_is_bitwise_reproducible(mode, padding, kind):
+    # Many points in few windows, so that voxels gather long, shared lists; border and
+    # reflection fold several taps of a point onto one voxel.
+    volume, grid, grad = make_problem(torch.bfloat16, shape=(2, 3, 3, 3, 4), spread=1.2)
+    _, gi_ref, _ = cpu_grid_sample(volume, grid, grad, mode, padding, False)
+    volume, grad = layout(volume, kind), layout(grad, kind)
+    args = (CUBIC[mode], PADDINGS[padding], False, (True, True), True)
+    first = grid_backward(grad, volume, grid, *args)
+    second = grid_backward(grad, volume, grid, *args)
+    assert_bitwise("grad_input", first[0], second[0])
+    assert_bitwise("grad_grid", first[1], second[1])
+    assert_close("grad_input", first[0], gi_ref, torch.bfloat16)
+
+
+@pytest.mark.parametrize("mode", list(CUBIC))
+def test_cubic_64_bit_indexing_gives_the_same_bits(monkeypatch, mode):
+    volume, grid, grad = make_problem(torch.float32, shape=(2, 3, 3, 4, 5), spread=1.6)
+    m = CUBIC[mode]
+
+    def run():
+        return [grid_forward(volume, grid, m, 2, False),
+                *grid_backward(grad, volume, grid, m, 2, False, (True, True), True),
+                *grid_backward(grad, volume, grid, m, 2, False, (True, True), False)]
+
+    expected = run()
+    monkeypatch.setattr(vt, "_INT32_LIMIT", 1)  # every launch now indexes in int64
+    for name, a, b in zip(["output", "grad_input", "grad_grid", "grad_input (atomic)",
+                           "grad_grid (atomic)"], run(), expected):
+        assert_bitwise(name, a, b)
+
+
+@triton.jit
+def _sixth_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, tgs._sixth(tl.load(x_ptr + i, mask=i < n, other=0.0)), mask=i < n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_division_by_six_is_correctly_rounded(dtype):
+    # B-spline's weights divide by 6 as the CPU does, without a division.
+    gen = np.random.default_rng(6)
+    x = np.concatenate([gen.uniform(0, 4, 20000), gen.uniform(0, 1e-3, 2000),
+                        np.arange(0, 600) / 64]).astype(dtype)
+    out = torch.empty(len(x), dtype=getattr(torch, np.dtype(dtype).name))
+    _sixth_kernel[(1,)](torch.from_numpy(x), out, len(x), triton.next_power_of_2(len(x)))
+    np.testing.assert_array_equal(out.numpy(), x / dtype(6))
 
 
 # --------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 Every specialization the launchers ask for in a sweep must compile, keep no stack frame
 or local memory (no spills), have no atomic where a reproducible call launched it, and
 call no subroutine (a 64-bit division, a division's or fmod's slow path). CI compiles
-the calls most prone to spills, which reach every kernel (a few minutes cold on 2 busy
+the calls most prone to spills, which reach every kernel, in the modes of up to 2 taps
+per axis (the cubic modes' are in the full sweep) (a few minutes cold on 2 busy
 cores; Triton's cache keeps the results for later runs); the full sweep, every pair of
 the launchers' factor values, is slow-marked (``python -m pytest -m slow
 tests/test_triton_aot.py``, or the command in docs/testing.md).
@@ -147,3 +148,27 @@ def test_the_checks_see_divisions_atomics_and_spills(tmp_path):
     assert found["adds"]["atomics"] > 0 and found["adds"]["problems"]
     assert found["spills"]["stack"] + found["spills"]["local"] > 0
     assert found["spills"]["problems"]
+
+
+def test_a_sweep_of_some_modes_rewrites_its_own_section(tmp_path):
+    """``--modes`` sweeps grid sampling in those modes alone; its table replaces its own
+    section of the markdown file and keeps the rest. CI's sweep leaves the cubic modes
+    out, every other sweep has them."""
+    from volsample._triton import aot
+
+    cubic = ("bicubic", "bspline")
+    rows = aot.sweep(0, cubic)
+    assert rows and {family for family, _ in rows} == {"grid_sample"}
+    assert {row["mode"] for _, row in rows} == {2, 3}
+    assert {row["mode"] for family, row in aot.sweep(0) if family == "grid_sample"} == {0, 1}
+    assert {row["mode"] for family, row in aot.sweep(1) if family == "grid_sample"} == {0, 1, 2, 3}
+    doc = tmp_path / "gpu.md"
+    aot.write_markdown(str(doc), "# all modes\n")
+    aot.write_markdown(str(doc), "## cubic, first\n", cubic)
+    aot.write_markdown(str(doc), "## nearest\n", ("nearest",))
+    aot.write_markdown(str(doc), "## cubic, second\n", cubic)
+    text = doc.read_text()
+    assert text.startswith("# all modes\n") and "first" not in text
+    assert text.index("## cubic, second") < text.index("## nearest")
+    aot.write_markdown(str(doc), "# all modes again\n")
+    assert doc.read_text() == "# all modes again\n"

@@ -19,7 +19,8 @@ Those factors multiply to thousands of launches, so a sweep takes a covering arr
 them: ``strength`` 2 (the full sweep) holds every pair of factor values in some call,
 ``strength`` 1 every value; every sweep adds the calls most prone to spills (float64,
 int64 indexing, reflection, every mode, the narrowest and widest tiles, every sink),
-which alone are ``strength`` 0, CI's (they reach every kernel).
+which alone are ``strength`` 0, CI's (they reach every kernel; CI's leave out the cubic
+modes, whose specializations ``--modes bicubic,bspline`` compiles).
 
 ``compile_all`` compiles each specialization for sm_80 and sm_90 with Triton's compiler
 and ptxas (Triton's on-disk cache keeps the results between runs), and reads from each
@@ -32,7 +33,11 @@ memory (spills), an atomic in a kernel that a bitwise-reproducible call launched
 
 Command line (docs/testing.md, docs/gpu.md)::
 
-    python -m volsample._triton.aot [--strength 0|1|2] [--jobs N] [--markdown PATH]
+    python -m volsample._triton.aot [--strength 0|1|2] [--jobs N] [--modes A,B]
+                                    [--markdown PATH]
+
+``--modes`` sweeps grid sampling in those modes alone, and writes its table as a section
+of the markdown file (docs/gpu.md holds the cubic modes' so).
 """
 from __future__ import annotations
 
@@ -93,9 +98,9 @@ def _factors(family: str) -> dict[str, tuple]:
                     run=("forward", "backward"))
     pairs = tuple((v, g) for v in names for g in names
                   if _dtypes.grid_dtype_allowed(_numpy_dtype(v), _numpy_dtype(g)))
-    # The modes the Triton kernels sample: the cubic ones (4 taps) run on the CPU alone so
-    # far, and the doors that reach Triton refuse them (_calls).
-    factors = dict(mode=tuple(m.code for m in MODES.choices if m.taps <= 2),
+    # Every mode; warps take the cubic ones (4 taps) nowhere yet (_calls.warp refuses them).
+    factors = dict(mode=tuple(m.code for m in MODES.choices
+                              if family == "grid_sample" or m.taps <= 2),
                    padding=tuple(PADDINGS.code(n) for n in PADDINGS.names()),
                    align=(False, True), dtypes=pairs, **common)
     if family == "warp":
@@ -116,13 +121,12 @@ def _numpy_dtype(name: str) -> np.dtype:
     return _dtypes.BFLOAT16 if name == "bfloat16" else np.dtype(name)
 
 
-def _spill_prone(family: str) -> list[dict]:
+def _spill_prone(family: str, f: dict[str, tuple]) -> list[dict]:
     """The calls most prone to spills, which CI compiles: float64 data and coordinates,
     int64 indexing, sizes Triton takes as aligned, reflection, every operand (a warp's
     theta and a displacement in the last unit), for every mode, in the narrowest and the
     widest tile (one channel in NCDHW, 17 in channels_last_3d), forward and the backward
-    with every gradient, deterministic or not."""
-    f = _factors(family)
+    with every gradient, deterministic or not. ``f``: the family's factors."""
     heavy = dict(dtypes=("float64", "float64"), index="int64", align=True, sizes="aligned")
     if family == "upsample":
         runs = f["run"]
@@ -180,12 +184,23 @@ def _gain(row, groups, uncovered) -> int:
     return sum((g, tuple(row[i] for i in g)) in uncovered for g in groups)
 
 
-def sweep(strength: int) -> list[tuple[str, dict]]:
+def sweep(strength: int, modes: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
     """(family, row) of every call of a sweep: the covering array of ``strength`` (none
-    for 0) and the spill-prone calls."""
+    for 0) and the spill-prone calls; ``modes`` (names) restricts it to grid sampling in
+    those modes."""
     calls = []
     for family in ("grid_sample", "warp", "upsample"):
-        rows = (covering(_factors(family), strength) if strength else []) + _spill_prone(family)
+        factors = _factors(family)
+        if modes:
+            if family != "grid_sample":
+                continue
+            factors["mode"] = tuple(MODES.code(m) for m in modes)
+        elif not strength and "mode" in factors:
+            # CI's sweep leaves the cubic modes to the others: their 16 specializations
+            # would add about 4 minutes of compiling on 2 busy cores (docs/gpu.md lists
+            # them, from --modes)
+            factors["mode"] = tuple(m for m in factors["mode"] if MODES.of(m).taps <= 2)
+        rows = (covering(factors, strength) if strength else []) + _spill_prone(family, factors)
         calls += [(family, row) for row in rows]
     return calls
 
@@ -329,12 +344,12 @@ def _run(family: str, row: dict, state: dict) -> None:
             grid = torch.rand((2,) + size_out + (3,), dtype=torch.float64).to(coord_dtype)
             if run == "forward":
                 call = _calls.grid_sample(op("input", x), op("grid", grid), *codes,
-                                          _common.layout(x), shape_order="NCDHW")
+                                          _common.layout(x), shape_order="NCDHW", cubic=True)
                 grid_sample.forward(call, x, grid)
             else:
                 call = _calls.grid_sample_backward(
                     op("grad_output", go), op("input", x), op("grid", grid), *codes, run[1],
-                    _common.layout(x), shape_order="NCDHW")
+                    _common.layout(x), shape_order="NCDHW", cubic=True)
                 grid_sample.backward(call, go, x, grid, run[2])
             return
         use_theta, use_u = row["operands"]
@@ -482,15 +497,21 @@ def compile_all(specs, archs=ARCHS, jobs: int = 1) -> list[Result]:
 # ---------------------------------------------------------------------------------------
 
 
-def markdown(results: list[Result], strength: int, count: int) -> str:
+def markdown(results: list[Result], strength: int, count: int,
+             modes: tuple[str, ...] = ()) -> str:
     """docs/gpu.md: per kernel and target, the range of registers, shared memory and
-    spills over its specializations, and the heaviest specialization."""
+    spills over its specializations, and the heaviest specialization. A sweep restricted
+    to ``modes`` gives a section of the file (``write_markdown``)."""
+    command = (f"python -m volsample._triton.aot --strength {strength}"
+               + (f" --modes {','.join(modes)}" if modes else "") + " --markdown docs/gpu.md")
+    heading = "##" if modes else "#"
     lines = [
-        "# The Triton kernels on NVIDIA GPUs",
+        f"{heading} Grid sampling in modes {', '.join(modes)}" if modes
+        else "# The Triton kernels on NVIDIA GPUs",
         "",
-        "Generated by `python -m volsample._triton.aot --strength "
-        f"{strength} --markdown docs/gpu.md` (no GPU needed: Triton's compiler and ptxas "
-        "run on the CPU); do not edit by hand.",
+        f"Generated by `{command}` (no GPU needed: Triton's compiler and ptxas run on the "
+        "CPU); do not edit by hand." + (" It replaces this section alone; a sweep of every "
+                                        "mode rewrites the file." if modes else ""),
         "",
         f"{count} specializations ("
         + (f"every {_TUPLES[strength]} of the launchers' factor values, plus "
@@ -527,9 +548,27 @@ def markdown(results: list[Result], strength: int, count: int) -> str:
     problems = [f"- sm_{r.arch} `{r.spec.name}` ({_short(r.spec.constants())}): {p}"
                 for r in results for p in r.problems()]
     if problems:
-        lines += ["", f"## Open problems ({len(problems)})", "", *problems]
+        lines += ["", f"{heading}# Open problems ({len(problems)})", "", *problems]
     lines.append("")
     return "\n".join(lines)
+
+
+def write_markdown(path: str, text: str, modes: tuple[str, ...] = ()) -> None:
+    """Write ``markdown``'s text to ``path``: the whole file, or for a sweep restricted to
+    ``modes`` its section, between markers, in place of the one before (or appended)."""
+    if not modes:
+        with open(path, "w") as f:
+            f.write(text)
+        return
+    begin, end = f"<!-- sweep of modes {','.join(modes)} -->\n", "<!-- end of sweep -->\n"
+    old = open(path).read() if os.path.exists(path) else ""
+    if begin in old:
+        before, rest = old.split(begin, 1)
+        after = rest.split(end, 1)[1]
+    else:
+        before, after = old + ("\n" if old else ""), ""
+    with open(path, "w") as f:
+        f.write(before + begin + text + end + after)
 
 
 _TUPLES = {1: "value", 2: "pair"}
@@ -547,18 +586,22 @@ def main(argv=None) -> int:
                              "sweep), 1 every value, 0 only the calls most prone to spills "
                              "(CI)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--modes", default="",
+                        help="comma-separated mode names: sweep grid sampling in these modes "
+                             "alone (its table replaces a section of --markdown's file)")
     parser.add_argument("--markdown", help="write the resource table (docs/gpu.md) here")
     parser.add_argument("--json", help="write every result here (tests/test_triton_aot.py)")
     args = parser.parse_args(argv)
-    specs = record(sweep(args.strength))
+    modes = tuple(m for m in args.modes.split(",") if m)
+    specs = record(sweep(args.strength, modes))
     results = compile_all(specs, jobs=args.jobs)
     failed = [(r, p) for r in results for p in r.problems()]
     for r, problem in failed:
         print(f"{r.describe()}: {problem}\n    first launched by {r.spec.example}")
     print(f"{len(specs)} specializations x {len(ARCHS)} targets, {len(failed)} problems")
     if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(markdown(results, args.strength, len(specs)))
+        write_markdown(args.markdown, markdown(results, args.strength, len(specs), modes),
+                       modes)
     if args.json:
         with open(args.json, "w") as f:
             json.dump([r.summary() for r in results], f)

@@ -6,7 +6,10 @@ derivatives, and ``source_indices`` composes them (``reflect`` folds with an exa
 division emulated by fmas, so that no kernel calls a division's or fmod's subroutine). ``_corner`` describes one of a point's
 corners (eight for bilinear, in PyTorch's order tnw, tne, tsw, tse, bnw, bne, bsw, bse;
 one for nearest); kernels loop over corners with ``tl.static_range``, so the corner code
-is written once.
+is written once. The cubic modes (bicubic, bspline) read a 4 x 4 x 4 footprint instead
+(``_cubic_footprint``, the CPU's src/cpp/grid_taps.h): per axis four taps floor(x) - 1
+.. floor(x) + 2 of the unpadded coordinate, each padded on its own, with separable
+weights; values and grid gradients are summed in the CPU's tap order.
 
 Backward, ``deterministic=False``: one pass over the points computes grad_grid and
 scatters grad_output * weight into grad_input with atomic adds (into a float32 buffer for
@@ -20,7 +23,17 @@ a binary search gives each cell's range. Then one program per block of input vox
 for each voxel, the points of the 8 cells around it (1 for nearest), cell by cell in a
 fixed order and in point order within a cell. Every grad_input element is written once,
 by one program, from terms in a fixed order: no atomics, the same bits on every run, and
-no zero-filling or rounding pass either. grad_grid is per point in both modes, summed
+no zero-filling or rounding pass either.
+
+The cubic modes key a point by its window: along each axis its padded taps lie within
+four consecutive voxels (taps of consecutive whole numbers, clamped or folded, move by at
+most one voxel each), the lowest of which the taps read gives the window's low corner.
+The keys pass stores per point and axis the summed weights of its taps on each of those
+four voxels (padding can fold several taps onto one), and each voxel gathers the 4 x 4 x 4
+windows that contain it, window by window, in point order within a window. (Under
+reflection, a coordinate beyond 2**24 voxels in float32 (2**53 in float64), whose taps
+round to whole numbers 2 apart, can spread its B-spline taps over five voxels: the
+deterministic gather then drops the fifth voxel's term, which the atomic scatter keeps.) grad_grid is per point in both modes, summed
 over channels in a fixed order.
 """
 from __future__ import annotations
@@ -33,12 +46,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .._tables import NEAREST, REFLECTION, ZEROS
+from .._tables import MODES, NEAREST, REFLECTION, ZEROS
 from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
                is_channels_last, new_volume, on_device_of, programs,
                split_spatial, tile, tl_dtype)
 
 _NEAREST = tl.constexpr(NEAREST)
+_BICUBIC = tl.constexpr(MODES["bicubic"].code)
+_BSPLINE = tl.constexpr(MODES["bspline"].code)
 _REFLECTION = tl.constexpr(REFLECTION)
 _ZEROS = tl.constexpr(ZEROS)
 _INF = tl.constexpr(float("inf"))
@@ -256,6 +271,216 @@ def _corner_weight_grad(K: tl.constexpr, ix, iy, iz):
     return sx * (wy * wz), sy * (wx * wz), sz * (wx * wy)
 
 
+# --------------------------------------------------------------------------------------
+# The cubic modes' 4 x 4 x 4 footprint (src/cpp/grid_taps.h): per axis the taps
+# floor(x) - 1 .. floor(x) + 2 of the unnormalised (unpadded) coordinate, each tap padded
+# on its own, weighted by functions of t = x - floor(x). Per-axis values travel as
+# 4-tuples indexed by the tap.
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _sixth(x):
+    """x / 6 without a division (whose slow path is a subroutine call on NVIDIA GPUs): the
+    product by 1/6, corrected by its exact residual."""
+    q = x * 0.16666666666666666
+    return tl.fma(tl.fma(-q, 6.0, x), 0.16666666666666666, q)
+
+
+@triton.jit
+def _cubic_near(s):
+    """The cubic convolution kernel (A = -0.75) at |s| <= 1, and its slope."""
+    return ((1.25 * s - 2.25) * s) * s + 1.0, (3.75 * s - 4.5) * s
+
+
+@triton.jit
+def _cubic_far(s):
+    """The kernel at 1 < |s| < 2, and its slope."""
+    return ((-0.75 * s + 3.75) * s - 6.0) * s + 3.0, (-2.25 * s + 7.5) * s - 6.0
+
+
+@triton.jit
+def _cubic_weights(t, MODE: tl.constexpr):
+    """The four taps' weights at t and their derivatives d/dt, as 4-tuples, in the
+    operations (and order) of the CPU kernels."""
+    if MODE == _BICUBIC:
+        w0, d0 = _cubic_far(t + 1.0)
+        w1, d1 = _cubic_near(t)
+        w2, d2 = _cubic_near(1.0 - t)
+        w3, d3 = _cubic_far(2.0 - t)
+        return (w0, w1, w2, w3), (d0, d1, 0.0 - d2, 0.0 - d3)
+    s = 1.0 - t
+    t2 = t * t
+    t3 = t2 * t
+    weights = (_sixth(s * s * s), _sixth((3.0 * t3 - 6.0 * t2) + 4.0),
+               _sixth(((3.0 * t2 - 3.0 * t3) + 3.0 * t) + 1.0), _sixth(t3))
+    slopes = (0.0 - s * s * 0.5, (3.0 * t2 - 4.0 * t) * 0.5, ((2.0 * t - 3.0 * t2) + 1.0) * 0.5,
+              t2 * 0.5)
+    return weights, slopes
+
+
+@triton.jit
+def _cubic_tap(K: tl.constexpr, fx, fy, fz, valid, D, H, W, PADDING: tl.constexpr,
+               ALIGN: tl.constexpr, INDEX: tl.constexpr):
+    """Tap K of each axis at floor(x) + K - 1, padded: its voxels (x, y, z) and whether each
+    reads (zeros: inside the volume; any padding: the point is ``valid``). The padding
+    runs in floating point, so huge taps never reach an integer conversion."""
+    tx = fx + (K - 1.0)
+    ty = fy + (K - 1.0)
+    tz = fz + (K - 1.0)
+    if PADDING == _ZEROS:
+        rx = valid & _within(tx, W)
+        ry = valid & _within(ty, H)
+        rz = valid & _within(tz, D)
+        x = tl.where(rx, tx, 0.0).to(INDEX)
+        y = tl.where(ry, ty, 0.0).to(INDEX)
+        z = tl.where(rz, tz, 0.0).to(INDEX)
+        return x, y, z, rx, ry, rz
+    if PADDING == _REFLECTION:
+        tx, ty, tz, _, _, _ = reflect(tx, ty, tz, W, H, D, ALIGN)
+    tx, _ = clip(tx, W)
+    ty, _ = clip(ty, H)
+    tz, _ = clip(tz, D)
+    return tx.to(INDEX), ty.to(INDEX), tz.to(INDEX), valid, valid, valid
+
+
+@triton.jit
+def _cubic_footprint(cx, cy, cz, mask, D, H, W, MODE: tl.constexpr, PADDING: tl.constexpr,
+                     ALIGN: tl.constexpr, INDEX: tl.constexpr):
+    """The footprint of points at normalised (cx, cy, cz): (voxels, reads, weights, slopes)
+    as axis (x, y, z) -> tap -> values, d(voxel)/d(coordinate) per axis, and whether each
+    point is valid (its voxel coordinates are all finite: the others read nothing and
+    compute with coordinate 0)."""
+    x, mx = unnormalize(cx, W, ALIGN)
+    y, my = unnormalize(cy, H, ALIGN)
+    z, mz = unnormalize(cz, D, ALIGN)
+    valid = mask & (tl.abs(x) < _INF) & (tl.abs(y) < _INF) & (tl.abs(z) < _INF)
+    fx = tl.floor(tl.where(valid, x, 0.0))
+    fy = tl.floor(tl.where(valid, y, 0.0))
+    fz = tl.floor(tl.where(valid, z, 0.0))
+    wx, sx = _cubic_weights(tl.where(valid, x, 0.0) - fx, MODE)
+    wy, sy = _cubic_weights(tl.where(valid, y, 0.0) - fy, MODE)
+    wz, sz = _cubic_weights(tl.where(valid, z, 0.0) - fz, MODE)
+    t0 = _cubic_tap(0, fx, fy, fz, valid, D, H, W, PADDING, ALIGN, INDEX)
+    t1 = _cubic_tap(1, fx, fy, fz, valid, D, H, W, PADDING, ALIGN, INDEX)
+    t2 = _cubic_tap(2, fx, fy, fz, valid, D, H, W, PADDING, ALIGN, INDEX)
+    t3 = _cubic_tap(3, fx, fy, fz, valid, D, H, W, PADDING, ALIGN, INDEX)
+    voxels = ((t0[0], t1[0], t2[0], t3[0]), (t0[1], t1[1], t2[1], t3[1]),
+              (t0[2], t1[2], t2[2], t3[2]))
+    reads = ((t0[3], t1[3], t2[3], t3[3]), (t0[4], t1[4], t2[4], t3[4]),
+             (t0[5], t1[5], t2[5], t3[5]))
+    return (voxels, reads, (wx, wy, wz), (sx, sy, sz)), mx, my, mz, valid
+
+
+@triton.jit
+def _tap_sum(v, w):
+    """sum_k v[k] * w[k] over 4 taps, in tap order: (BLOCK_P, BLOCK_C) values, per-point
+    weights."""
+    return (((v[0] * w[0][:, None] + v[1] * w[1][:, None]) + v[2] * w[2][:, None])
+            + v[3] * w[3][:, None])
+
+
+@triton.jit
+def _tap_row(base, fp, KZ: tl.constexpr, KY: tl.constexpr, c, cmask, sC, sD, sH, sW,
+             COMPUTE: tl.constexpr):
+    """The four x taps' values of row (KZ, KY) of the footprint ``fp``, channels ``c`` of
+    the volume at ``base`` (strides sC, sD, sH, sW); a tap that reads nothing gives 0."""
+    voxels, reads = fp[0], fp[1]
+    row = voxels[2][KZ] * sD + voxels[1][KY] * sH
+    on = reads[2][KZ] & reads[1][KY]
+    values = ()
+    for kx in tl.static_range(4):
+        m = (on & reads[0][kx])[:, None] & cmask[None, :]
+        at = base + (row + voxels[0][kx] * sW)[:, None] + c[None, :] * sC
+        values = values + (tl.load(at, mask=m, other=0.0).to(COMPUTE),)
+    return values
+
+
+@triton.jit
+def _tap_value(base, fp, c, cmask, sC, sD, sH, sW, COMPUTE: tl.constexpr):
+    """The points' values: over z taps wz times (over y taps wy times (over x taps wx
+    times the voxel)), in tap order."""
+    weights = fp[2]
+    planes = ()
+    for kz in tl.static_range(4):
+        rows = ()
+        for ky in tl.static_range(4):
+            rows = rows + (_tap_sum(_tap_row(base, fp, kz, ky, c, cmask, sC, sD, sH, sW,
+                                             COMPUTE), weights[0]),)
+        planes = planes + (_tap_sum(rows, weights[1]),)
+    return _tap_sum(planes, weights[2])
+
+
+@triton.jit
+def _pick(values, k):
+    """values[k] of a 4-tuple, for a k known only at run time."""
+    return tl.where(k == 0, values[0], tl.where(k == 1, values[1],
+                                                tl.where(k == 2, values[2], values[3])))
+
+
+@triton.jit
+def _tap_backward(inp, gin, fp, g, c, cmask, siC, siD, siH, siW, giC, giD, giH, giW,
+                  GRAD: tl.constexpr, SCATTER: tl.constexpr, COMPUTE: tl.constexpr):
+    """One chunk of channels' backward over the footprint ``fp``: GRAD returns the value's
+    derivatives along x, y and z (before the chain's slopes; zeros without GRAD), as the
+    CPU's add_tap_coordinate_terms forms them; SCATTER adds g * wx * (wy * wz) into
+    ``gin`` atomically, tap by tap. The z taps go in a loop, not unrolled: unrolled,
+    the 64 taps' loads and addresses outgrow the registers."""
+    voxels, reads, weights, slopes = fp
+    gx = tl.zeros(g.shape, COMPUTE)
+    gy = tl.zeros(g.shape, COMPUTE)
+    gz = tl.zeros(g.shape, COMPUTE)
+    for kz in range(4):
+        z_voxel = _pick(voxels[2], kz)
+        z_reads = _pick(reads[2], kz)
+        wz = _pick(weights[2], kz)[:, None]
+        if GRAD:
+            dx = ()
+            value = ()
+        for ky in tl.static_range(4):
+            on = z_reads & reads[1][ky]
+            if GRAD:
+                row = z_voxel * siD + voxels[1][ky] * siH
+                v = ()
+                for kx in tl.static_range(4):
+                    m = (on & reads[0][kx])[:, None] & cmask[None, :]
+                    at = inp + (row + voxels[0][kx] * siW)[:, None] + c[None, :] * siC
+                    v = v + (tl.load(at, mask=m, other=0.0).to(COMPUTE),)
+                dx = dx + (_tap_sum(v, slopes[0]),)
+                value = value + (_tap_sum(v, weights[0]),)
+            if SCATTER:
+                row = z_voxel * giD + voxels[1][ky] * giH
+                wyz = weights[1][ky][:, None] * wz
+                for kx in tl.static_range(4):
+                    m = (on & reads[0][kx])[:, None] & cmask[None, :]
+                    at = gin + (row + voxels[0][kx] * giW)[:, None] + c[None, :] * giC
+                    tl.atomic_add(at, g * (weights[0][kx][:, None] * wyz), mask=m,
+                                  sem="relaxed")
+        if GRAD:  # the running sums over z add in tap order, as the CPU's tap_sum
+            gx += _tap_sum(dx, weights[1]) * wz
+            gy += _tap_sum(value, slopes[1]) * wz
+            gz += _tap_sum(value, weights[1]) * _pick(slopes[2], kz)[:, None]
+    return gx, gy, gz
+
+
+@triton.jit
+def _tap_window(voxels, reads, weights, size):
+    """Along one axis, the lowest voxel a point's taps read (``size`` where none does) and
+    the summed weights of the taps on each of the voxels low .. low + 3 (the taps of
+    consecutive whole numbers, padded, lie within that window)."""
+    low = tl.minimum(tl.minimum(tl.where(reads[0], voxels[0], size),
+                                tl.where(reads[1], voxels[1], size)),
+                     tl.minimum(tl.where(reads[2], voxels[2], size),
+                                tl.where(reads[3], voxels[3], size)))
+    merged = ()
+    for j in tl.static_range(4):
+        on = ()
+        for k in tl.static_range(4):
+            on = on + (tl.where(reads[k] & (voxels[k] == low + j), weights[k], 0.0),)
+        merged = merged + (((on[0] + on[1]) + on[2]) + on[3],)
+    return low, merged
+
+
 @triton.jit
 def _point_coordinates(field, theta, table, n, q, mask, Do, Ho, Wo, sfN, sfD, sfH, sfW, sfK,
                        COMPUTE: tl.constexpr, AFFINE: tl.constexpr, FIELD: tl.constexpr,
@@ -343,9 +568,13 @@ def _store_theta_terms(out, gx, gy, gz, table, q, mask, Ho, Wo):
 @triton.jit
 def _cell_id(n, z, y, x, D, H, W, MODE: tl.constexpr):
     """Flat id of a cell: for nearest the voxel (n, z, y, x); for bilinear the unit cube
-    whose low corner is (z-1, y-1, x-1), ids over (D+1)(H+1)(W+1) cells per batch item."""
+    whose low corner is (z-1, y-1, x-1), ids over (D+1)(H+1)(W+1) cells per batch item;
+    for the cubic modes the 4 x 4 x 4 window whose low corner is (z-3, y-3, x-3), ids over
+    (D+3)(H+3)(W+3)."""
     if MODE == _NEAREST:
         return ((n * D + z) * H + y) * W + x
+    if MODE == _BICUBIC or MODE == _BSPLINE:
+        return ((n * (D + 3) + z) * (H + 3) + y) * (W + 3) + x
     return ((n * (D + 1) + z) * (H + 1) + y) * (W + 1) + x
 
 
@@ -356,21 +585,29 @@ def _forward_kernel(inp, field, theta, table, out, C, D, H, W, S, Do, Ho, Wo,
                     AFFINE: tl.constexpr, FIELD: tl.constexpr, SCALED: tl.constexpr,
                     COMPUTE: tl.constexpr, INDEX: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
-    """out[n, c, q] = sum over corners of weight * input; one program per BLOCK_P points."""
+    """out[n, c, q] = sum over corners (taps) of weight * input; one program per BLOCK_P
+    points."""
     n, q, pmask = block_of_points(tl.program_id(0), S, BLOCK_P, INDEX)
     cx, cy, cz = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN, sfD,
                                     sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
-    ix, iy, iz, mx, my, mz, valid = _grid_point(cx, cy, cz, pmask, D, H, W, PADDING, ALIGN)
+    if MODE == _BICUBIC or MODE == _BSPLINE:
+        fp, _, _, _, _ = _cubic_footprint(cx, cy, cz, pmask, D, H, W, MODE, PADDING, ALIGN,
+                                          INDEX)
+    else:
+        ix, iy, iz, _, _, _, valid = _grid_point(cx, cy, cz, pmask, D, H, W, PADDING, ALIGN)
     for c0 in range(0, C, BLOCK_C):
         c = (c0 + tl.arange(0, BLOCK_C)).to(INDEX)
         cmask = c < C
-        acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
-        for k in tl.static_range(1 if MODE == _NEAREST else 8):
-            x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, MODE, INDEX)
-            offset = n * siN + z * siD + y * siH + x * siW
-            v = tl.load(inp + offset[:, None] + c[None, :] * siC,
-                        mask=inside[:, None] & cmask[None, :], other=0.0)
-            acc += v.to(COMPUTE) * weight[:, None]
+        if MODE == _BICUBIC or MODE == _BSPLINE:
+            acc = _tap_value(inp + n * siN, fp, c, cmask, siC, siD, siH, siW, COMPUTE)
+        else:
+            acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+            for k in tl.static_range(1 if MODE == _NEAREST else 8):
+                x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, MODE, INDEX)
+                offset = n * siN + z * siD + y * siH + x * siW
+                v = tl.load(inp + offset[:, None] + c[None, :] * siC,
+                            mask=inside[:, None] & cmask[None, :], other=0.0)
+                acc += v.to(COMPUTE) * weight[:, None]
         tl.store(out + n * soN + q[:, None] * soQ + c[None, :] * soC,
                  acc.to(out.dtype.element_ty), mask=pmask[:, None] & cmask[None, :])
 
@@ -397,7 +634,12 @@ def _backward_points_kernel(
     n, q, pmask = block_of_points(tl.program_id(0), S, BLOCK_P, INDEX)
     cx, cy, cz = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN, sfD,
                                     sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
-    ix, iy, iz, mx, my, mz, valid = _grid_point(cx, cy, cz, pmask, D, H, W, PADDING, ALIGN)
+    if MODE == _BICUBIC or MODE == _BSPLINE:
+        fp, mx, my, mz, valid = _cubic_footprint(cx, cy, cz, pmask, D, H, W, MODE, PADDING,
+                                                 ALIGN, INDEX)
+    else:
+        ix, iy, iz, mx, my, mz, valid = _grid_point(cx, cy, cz, pmask, D, H, W, PADDING,
+                                                    ALIGN)
     p = n * S + q  # row of grad_grid, keys, coords and go_offsets
     if FIELD_GRAD or THETA_GRAD or SCATTER or KEYS:
         d, h, w = split_spatial(q, Ho, Wo)
@@ -412,24 +654,30 @@ def _backward_points_kernel(
             cmask = c < C
             g = tl.load(go_q[:, None] + c[None, :] * sgoC, mask=valid[:, None] & cmask[None, :],
                         other=0.0).to(COMPUTE)
-            tx = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
-            ty = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
-            tz = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
-            for k in tl.static_range(1 if MODE == _NEAREST else 8):
-                x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, MODE, INDEX)
-                m = inside[:, None] & cmask[None, :]
-                if FIELD_GRAD or THETA_GRAD:
-                    dwx, dwy, dwz = _corner_weight_grad(k, ix, iy, iz)
-                    offset = n * siN + z * siD + y * siH + x * siW
-                    v = tl.load(inp + offset[:, None] + c[None, :] * siC, mask=m,
-                                other=0.0).to(COMPUTE)
-                    tx += v * dwx[:, None]
-                    ty += v * dwy[:, None]
-                    tz += v * dwz[:, None]
-                if SCATTER:
-                    offset = n * giN + z * giD + y * giH + x * giW
-                    tl.atomic_add(gin + offset[:, None] + c[None, :] * giC, g * weight[:, None],
-                                  mask=m, sem="relaxed")
+            if MODE == _BICUBIC or MODE == _BSPLINE:
+                tx, ty, tz = _tap_backward(inp + n * siN, gin + n * giN, fp, g, c, cmask, siC,
+                                           siD, siH, siW, giC, giD, giH, giW,
+                                           FIELD_GRAD or THETA_GRAD, SCATTER, COMPUTE)
+            else:
+                tx = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+                ty = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+                tz = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
+                for k in tl.static_range(1 if MODE == _NEAREST else 8):
+                    x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, MODE,
+                                                      INDEX)
+                    m = inside[:, None] & cmask[None, :]
+                    if FIELD_GRAD or THETA_GRAD:
+                        dwx, dwy, dwz = _corner_weight_grad(k, ix, iy, iz)
+                        offset = n * siN + z * siD + y * siH + x * siW
+                        v = tl.load(inp + offset[:, None] + c[None, :] * siC, mask=m,
+                                    other=0.0).to(COMPUTE)
+                        tx += v * dwx[:, None]
+                        ty += v * dwy[:, None]
+                        tz += v * dwz[:, None]
+                    if SCATTER:
+                        offset = n * giN + z * giD + y * giH + x * giW
+                        tl.atomic_add(gin + offset[:, None] + c[None, :] * giC,
+                                      g * weight[:, None], mask=m, sem="relaxed")
             sx += tx * g
             sy += ty * g
             sz += tz * g
@@ -453,7 +701,19 @@ def _backward_points_kernel(
                 _store_theta_terms(grad_theta + 12 * tl.program_id(0).to(INDEX), gx, gy, gz,
                                    table, q, pmask, Ho, Wo)
     if KEYS:
-        if MODE == _NEAREST:
+        if MODE == _BICUBIC or MODE == _BSPLINE:  # keyed by the low corner of its window
+            voxels, reads, weights, _ = fp
+            x, wx = _tap_window(voxels[0], reads[0], weights[0], W)
+            y, wy = _tap_window(voxels[1], reads[1], weights[1], H)
+            z, wz = _tap_window(voxels[2], reads[2], weights[2], D)
+            touches = (x < W) & (y < H) & (z < D)
+            row = coords + 12 * p
+            for j in tl.static_range(4):
+                tl.store(row + j, wx[j], mask=pmask)
+                tl.store(row + 4 + j, wy[j], mask=pmask)
+                tl.store(row + 8 + j, wz[j], mask=pmask)
+            x, y, z = x + 3, y + 3, z + 3
+        elif MODE == _NEAREST:
             x, y, z, touches, _ = _corner(0, ix, iy, iz, valid, D, H, W, MODE, INDEX)
         else:  # shifted by one: the cell's low corner may lie at -1
             fx = tl.floor(ix) + 1.0
@@ -468,6 +728,40 @@ def _backward_points_kernel(
         cell = tl.where(touches, _cell_id(n, z, y, x, D, H, W, MODE), NO_CELL)
         tl.store(keys + p, cell.to(keys.dtype.element_ty), mask=pmask)
         tl.store(go_offsets + p, go_at.to(go_offsets.dtype.element_ty), mask=pmask)
+
+
+@triton.jit
+def _gather_cell(acc, ex, ey, ez, n, z, y, x, D, H, W, gout, order, coords, go_offsets,
+                 starts, vmask, c, cmask, sgoC, MODE: tl.constexpr, COMPUTE: tl.constexpr,
+                 INDEX: tl.constexpr):
+    """``acc`` plus the terms of the points of the cell at offset (ex, ey, ez) from each
+    voxel (z, y, x), in point order: grad_output times the voxel's weight, from the
+    values the keys pass stored per point in ``coords`` (bilinear: the padded coordinates,
+    the cubic modes: per axis the summed weights of the window's voxels)."""
+    cell = _cell_id(n, z + ez, y + ey, x + ex, D, H, W, MODE)
+    first = tl.load(starts + cell, mask=vmask, other=0).to(INDEX)
+    end = tl.load(starts + cell + 1, mask=vmask, other=0).to(INDEX)
+    for j in range(tl.max(end - first)):
+        at = first + j
+        m = at < end
+        p = tl.load(order + at, mask=m, other=0).to(INDEX)
+        go = gout + tl.load(go_offsets + p, mask=m, other=0).to(INDEX)
+        g = tl.load(go[:, None] + c[None, :] * sgoC, mask=m[:, None] & cmask[None, :],
+                    other=0.0).to(COMPUTE)
+        if MODE == _NEAREST:
+            acc += g
+        elif MODE == _BICUBIC or MODE == _BSPLINE:
+            row = coords + 12 * p
+            wx = tl.load(row + (3 - ex), mask=m, other=0.0)
+            wy = tl.load(row + (7 - ey), mask=m, other=0.0)
+            wz = tl.load(row + (11 - ez), mask=m, other=0.0)
+            acc += g * (wx * (wy * wz))[:, None]
+        else:
+            _, wx, _ = _axis_tap(tl.load(coords + 3 * p, mask=m, other=0.0), 1 - ex)
+            _, wy, _ = _axis_tap(tl.load(coords + 3 * p + 1, mask=m, other=0.0), 1 - ey)
+            _, wz, _ = _axis_tap(tl.load(coords + 3 * p + 2, mask=m, other=0.0), 1 - ez)
+            acc += g * (wx * wy * wz)[:, None]
+    return acc
 
 
 @triton.jit
@@ -487,29 +781,20 @@ def _gather_input_grad_kernel(
     cmask = c < C
     z, y, x = split_spatial(v, H, W)
     acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
-    # Bilinear: along each axis the voxel is the high corner of the cell at its own
-    # (shifted) position and the low corner of the next cell.
-    for k in tl.static_range(1 if MODE == _NEAREST else 8):
-        ex = k & 1
-        ey = (k >> 1) & 1
-        ez = k >> 2
-        cell = _cell_id(n, z + ez, y + ey, x + ex, D, H, W, MODE)
-        first = tl.load(starts + cell, mask=vmask, other=0).to(INDEX)
-        end = tl.load(starts + cell + 1, mask=vmask, other=0).to(INDEX)
-        for j in range(tl.max(end - first)):
-            at = first + j
-            m = at < end
-            p = tl.load(order + at, mask=m, other=0).to(INDEX)
-            go = gout + tl.load(go_offsets + p, mask=m, other=0).to(INDEX)
-            g = tl.load(go[:, None] + c[None, :] * sgoC, mask=m[:, None] & cmask[None, :],
-                        other=0.0).to(COMPUTE)
-            if MODE == _NEAREST:
-                acc += g
-            else:
-                _, wx, _ = _axis_tap(tl.load(coords + 3 * p, mask=m, other=0.0), 1 - ex)
-                _, wy, _ = _axis_tap(tl.load(coords + 3 * p + 1, mask=m, other=0.0), 1 - ey)
-                _, wz, _ = _axis_tap(tl.load(coords + 3 * p + 2, mask=m, other=0.0), 1 - ez)
-                acc += g * (wx * wy * wz)[:, None]
+    if MODE == _BICUBIC or MODE == _BSPLINE:
+        # Along each axis the voxel is tap 3 - e of the window whose (shifted) low corner
+        # lies at its own position + e, e = 0..3.
+        for k in range(64):
+            acc = _gather_cell(acc, k % 4, (k // 4) % 4, k // 16, n, z, y, x, D, H, W, gout,
+                               order, coords, go_offsets, starts, vmask, c, cmask, sgoC, MODE,
+                               COMPUTE, INDEX)
+    else:
+        # Bilinear: along each axis the voxel is the high corner of the cell at its own
+        # (shifted) position and the low corner of the next cell.
+        for k in tl.static_range(1 if MODE == _NEAREST else 8):
+            acc = _gather_cell(acc, k & 1, (k >> 1) & 1, k >> 2, n, z, y, x, D, H, W, gout,
+                               order, coords, go_offsets, starts, vmask, c, cmask, sgoC, MODE,
+                               COMPUTE, INDEX)
     tl.store(gin + n * giN + v[:, None] * giQ + c[None, :] * giC,
              acc.to(gin.dtype.element_ty), mask=vmask[:, None] & cmask[None, :])
 
@@ -571,8 +856,18 @@ def _setup(input, coords, mode, padding_mode, align_corners, tensors, counts):
 
 
 def _cells(N, D, H, W, mode):
-    """Number of cells points are keyed by: voxels (nearest) or unit cubes (bilinear)."""
-    return N * D * H * W if mode == NEAREST else N * (D + 1) * (H + 1) * (W + 1)
+    """Number of cells points are keyed by: voxels (nearest), unit cubes (bilinear) or
+    windows of 4 x 4 x 4 voxels (the cubic modes)."""
+    if mode == NEAREST:
+        return N * D * H * W
+    reach = MODES.of(mode).taps - 1
+    return N * (D + reach) * (H + reach) * (W + reach)
+
+
+def _window_values(mode):
+    """Values per point the keys pass stores for the gather: none (nearest), the padded
+    coordinates (bilinear) or the summed weights of the 4 voxels of each axis (cubic)."""
+    return {1: 0, 2: 3, 4: 12}[MODES.of(mode).taps]
 
 
 def forward(call, input, grid):
@@ -699,7 +994,7 @@ def _gathered_input_grad(grad_output, input, coords, sinks, sizes, compute, cons
     key_dtype = torch.int64 if consts["INDEX"] == tl.int64 else torch.int32
     keys = torch.empty(N * S, dtype=key_dtype, device=device)
     go_offsets = torch.empty(N * S, dtype=key_dtype, device=device)
-    voxel_coords = torch.empty(0 if consts["MODE"] == NEAREST else 3 * N * S, dtype=compute,
+    voxel_coords = torch.empty(_window_values(consts["MODE"]) * N * S, dtype=compute,
                                device=device)
     _points_pass(grad_output, input, coords, sizes, consts, keys=keys, coords_out=voxel_coords,
                  go_offsets=go_offsets, **sinks)
