@@ -18,6 +18,8 @@ import volsample
 from volsample import _calls, _coords
 from volsample import _reference as reference
 from volsample._cpu import grid_sample as cpu_grid
+from volsample._cpu import isa as cpu_isa
+from volsample._cpu import set_isa, supported_isas
 from volsample._tables import MODES as MODE_TABLE
 from volsample._tables import PADDINGS as PADDING_TABLE
 
@@ -321,6 +323,56 @@ def test_thread_counts_give_the_same_bits(strategy, mode, padding_mode, align_co
     expected = reference.grid_sample_3d_backward(grad_out, x, grid, mode, padding_mode,
                                                  align_corners)
     assert_close("grad_input", results[2][1], expected[0], 2e-5, 2e-5)
+
+
+@pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
+def test_points_sharing_their_rows_give_the_same_bits(mode, padding_mode, align_corners):
+    """A smooth grid's points share their 16 tap rows a whole vector at a time, which the
+    SIMD paths read as one window per row where the x taps lie close (not so for a grid
+    stretched along x, NDHWC volumes or 16-bit ones, read tap by tap): every ISA gives
+    the scalar path's bits, and float64 the reference's values."""
+    rng = np.random.default_rng(16)
+    grid = _smooth_grid(rng, 1, (3, 4, 67), 0.002)
+    stretched = grid * np.array([3.0, 1.0, 1.0])
+    cases = [(dtype, layout, g) for dtype in (np.float32, np.float64, np.float16)
+             for layout in ("NCDHW", "NDHWC") for g in (grid, stretched)]
+
+    def run():
+        out = []
+        for dtype, layout, g in cases:
+            to_layout, _ = _layouts(layout)
+            x = to_layout(np.random.default_rng(17).standard_normal((1, 2, 7, 6, 70))
+                          .astype(dtype))
+            go = to_layout(np.random.default_rng(18).standard_normal((1, 2, 3, 4, 67))
+                           .astype(dtype))
+            g = g.astype(np.float32 if dtype == np.float16 else dtype)
+            sampling = (mode, padding_mode, align_corners)
+            out.append(volsample.grid_sample_3d(x, g, *sampling, layout=layout))
+            out.extend(volsample.grid_sample_3d_backward(go, x, g, *sampling, layout=layout))
+        return out
+
+    previous = cpu_isa()
+    try:
+        results = {}
+        for isa in supported_isas():
+            set_isa(isa)
+            results[isa] = run()
+    finally:
+        set_isa(previous)
+    for isa, result in results.items():
+        for i, (a, b) in enumerate(zip(result, results["scalar"])):
+            assert_bitwise_equal(f"{isa} result {i}", a, b)
+    for (dtype, layout, g), i in zip(cases, range(0, 3 * len(cases), 3)):
+        if dtype == np.float64 and layout == "NCDHW":
+            x = np.random.default_rng(17).standard_normal((1, 2, 7, 6, 70))
+            go = np.random.default_rng(18).standard_normal((1, 2, 3, 4, 67))
+            assert_close("output", results["scalar"][i],
+                         reference.grid_sample_3d(x, g, mode, padding_mode, align_corners),
+                         1e-12, 1e-12)
+            expected = reference.grid_sample_3d_backward(go, x, g, mode, padding_mode,
+                                                         align_corners)
+            assert_close("grad_input", results["scalar"][i + 1], expected[0], 1e-12, 1e-12)
+            assert_close("grad_grid", results["scalar"][i + 2], expected[1], 1e-10, 1e-10)
 
 
 # ---------------------------------------------------------------------------------------

@@ -282,7 +282,7 @@ struct Backward {
       reader.reset();
       touches = bits_of(f.any()) != 0;
       if (!touches) return;  // nothing to do: the grid gradient is 0, as its caller left it
-      if (GATHER) reader.emplace(f, kernel.a.input.stride);
+      if (GATHER) reader.emplace(f, kernel.a.input.stride, kernel.g.W);
       if (SCATTER) {
         f.offsets(kernel.a.grad_input.stride, gi_row, gi_column);
         const unsigned live = unsigned((uint64_t(1) << valid) - 1);

@@ -146,7 +146,7 @@ struct Forward {
         for (int64_t c = 0; c < g.C; ++c) store_lanes(o + c * os[1], os[4], valid, V(T(0)));
         continue;
       }
-      const TapReader<MODE, V> reader(f, is);
+      const TapReader<MODE, V> reader(f, is, g.W);
       for (int64_t c = 0; c < g.C; ++c)
         store_lanes(o + c * os[1], os[4], valid, tap_sample(f, reader, in_n + c * is[1]));
     }

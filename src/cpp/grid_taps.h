@@ -12,6 +12,7 @@
 // does, so every ISA gives the scalar build's bits.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -176,7 +177,10 @@ struct TapFootprint {
 // Reads a footprint's 64 tap values, channel by channel, as 16 rows (z tap, y tap) of 4 x
 // taps; a tap that reads nothing gets 0 (never 0 * a value). A volume of the compute type
 // is read a tap of every lane at a time (gather_: no per-tap branch, padding or not); a
-// 16-bit one lane by lane, converted.
+// 16-bit one lane by lane, converted. Where every lane reads every tap, the lanes share
+// their 16 rows (as the points of a smooth grid mostly do) and their x taps span at most
+// 2L voxels of a volume contiguous along x, each row is one window of the ISA (simd.h).
+// Only the loads differ: the values, and so the bits, are the same.
 template <int MODE, class V>
 struct TapReader {
   using T = scalar_of<V>;
@@ -185,19 +189,61 @@ struct TapReader {
   alignas(64) index_lane_of<V> row[kTaps * kTaps][L];  // element offset of row j = 4 z + y
   alignas(64) index_lane_of<V> column[kTaps][L];       // and of x tap k within a row
   M on[kTaps * kTaps][kTaps];
+  bool windowed = false;  // rows read as windows of `count` voxels from x voxel `first`
+  int64_t first = 0, count = 0;
+  index_of<V> in_window[kTaps];  // x tap k's index in its row's window
 
   TapReader() = default;
-  TapReader(const TapFootprint<MODE, V>& f, const int64_t* s) {
+  // `width`: the volume's size along x.
+  TapReader(const TapFootprint<MODE, V>& f, const int64_t* s, int64_t width) {
     f.offsets(s, row, column);
+    M all = f.finite;
     for (int z = 0; z < kTaps; ++z)
       for (int y = 0; y < kTaps; ++y)
-        for (int x = 0; x < kTaps; ++x)
+        for (int x = 0; x < kTaps; ++x) {
           on[kTaps * z + y][x] = f.reads[2][z] & f.reads[1][y] & f.reads[0][x];
+          all = all & on[kTaps * z + y][x];
+        }
+    if constexpr (has_window<V>::value) {
+      if (s[4] == 1 && bits_of(all) == (uint64_t(1) << L) - 1) window(f, width);
+    }
+  }
+
+  // Whether the lanes share their rows and their x taps fit one window; if so, the window.
+  void window(const TapFootprint<MODE, V>& f, int64_t width) {
+    const unsigned every = unsigned((uint64_t(1) << L) - 1);
+    for (int axis = 1; axis < 3; ++axis)
+      for (int k = 0; k < kTaps; ++k) {
+        alignas(64) T v[L];
+        store_(v, f.voxel[axis][k]);
+        if (bits_of(f.voxel[axis][k] == V(v[0])) != every) return;
+      }
+    alignas(64) T x[kTaps][L];
+    for (int k = 0; k < kTaps; ++k) store_(x[k], f.voxel[0][k]);
+    T low = x[0][0], high = x[0][0];
+    for (int k = 0; k < kTaps; ++k)
+      for (int l = 0; l < L; ++l) {
+        low = std::min(low, x[k][l]);
+        high = std::max(high, x[k][l]);
+      }
+    if (high - low >= T(2 * L)) return;
+    first = int64_t(low);
+    count = std::min<int64_t>(2 * L, width - first);
+    for (int k = 0; k < kTaps; ++k) in_window[k] = to_index(f.voxel[0][k] - V(low));
+    windowed = true;
   }
 
   // Row j's four values (converted from S) in out; `base`: the channel's first voxel.
   template <class S>
   void read_row(const S* base, int j, V out[kTaps]) const {
+    if constexpr (std::is_same_v<S, T> && has_window<V>::value) {
+      if (windowed) {
+        V lo, hi;
+        load_window_(base + row[j][0] + first, count, lo, hi);
+        for (int x = 0; x < kTaps; ++x) out[x] = pick_(lo, hi, in_window[x]);
+        return;
+      }
+    }
     for (int x = 0; x < kTaps; ++x) {
       if constexpr (std::is_same_v<S, T>) {
         out[x] = gather_<V>(base, row[j], column[x], on[j][x]);

@@ -4,8 +4,10 @@
 // for operation: a lane of a vector computes exactly what the scalar code computes.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace vs {
 namespace VS_ISA {
@@ -103,6 +105,13 @@ inline V gather_(const scalar_of<V>* base, const Lane* row, const Lane* column, 
   for (int l = 0; l < L; ++l) v[l] = base[row[l] + column[l]];
   return select(on, load_<V>(v), V(T(0)));
 }
+
+// Windows, where has_window<V> holds (AVX2 float32, AVX-512 float32 and float64):
+// load_window_ reads `count` (1 <= count <= 2L) consecutive values from p into two
+// vectors (lo: the first L, hi: the next L; lanes past count are 0, their memory unread),
+// and pick_(lo, hi, at) gives each lane l the window's value at index at[l] (< 2L): the
+// taps of a row that a whole vector of points shares, from two loads and a permute.
+template <class V> struct has_window : std::false_type {};
 
 // The natural vector of T in the ISA being compiled (T itself in the scalar build).
 template <class T> struct native { using type = T; };
@@ -240,6 +249,26 @@ inline f64x8 gather_<f64x8, int32_t>(const double* base, const int32_t* row,
                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(column)));
   return f64x8(_mm512_mask_i32gather_pd(_mm512_setzero_pd(), on.m, at, base, 8));
 }
+template <> struct has_window<f32x16> : std::true_type {};
+template <> struct has_window<f64x8> : std::true_type {};
+// The first n of N <= 16 lanes as mask bits, n clamped to [0, N].
+inline unsigned first_lanes(int64_t n, int N) {
+  return (1u << std::min<int64_t>(std::max<int64_t>(n, 0), N)) - 1;
+}
+inline void load_window_(const float* p, int64_t count, f32x16& lo, f32x16& hi) {
+  lo = f32x16(_mm512_maskz_loadu_ps(__mmask16(first_lanes(count, 16)), p));
+  hi = f32x16(_mm512_maskz_loadu_ps(__mmask16(first_lanes(count - 16, 16)), p + 16));
+}
+inline void load_window_(const double* p, int64_t count, f64x8& lo, f64x8& hi) {
+  lo = f64x8(_mm512_maskz_loadu_pd(__mmask8(first_lanes(count, 8)), p));
+  hi = f64x8(_mm512_maskz_loadu_pd(__mmask8(first_lanes(count - 8, 8)), p + 8));
+}
+inline f32x16 pick_(f32x16 lo, f32x16 hi, i32x16 at) {
+  return f32x16(_mm512_permutex2var_ps(lo.v, at.v, hi.v));
+}
+inline f64x8 pick_(f64x8 lo, f64x8 hi, i32x8 at) {
+  return f64x8(_mm512_permutex2var_pd(lo.v, _mm512_cvtepi32_epi64(at.v), hi.v));
+}
 inline unsigned bits_of(f32x16_mask m) { return m.m; }
 inline unsigned bits_of(f64x8_mask m) { return m.m; }
 template <> struct native<float> { using type = f32x16; };
@@ -301,6 +330,18 @@ inline f64x4 gather_<f64x4, int32_t>(const double* base, const int32_t* row,
   const __m128i at = _mm_add_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)),
                                    _mm_loadu_si128(reinterpret_cast<const __m128i*>(column)));
   return f64x4(_mm256_mask_i32gather_pd(_mm256_setzero_pd(), base, at, on.m, 8));
+}
+template <> struct has_window<f32x8> : std::true_type {};
+inline void load_window_(const float* p, int64_t count, f32x8& lo, f32x8& hi) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const int32_t n = int32_t(std::min<int64_t>(count, 16));
+  lo = f32x8(_mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane)));
+  hi = f32x8(_mm256_maskload_ps(p + 8, _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), lane)));
+}
+inline f32x8 pick_(f32x8 lo, f32x8 hi, i32x8 at) {  // permutevar reads at's low 3 bits
+  const __m256 from_hi = _mm256_castsi256_ps(_mm256_cmpgt_epi32(at.v, _mm256_set1_epi32(7)));
+  return f32x8(_mm256_blendv_ps(_mm256_permutevar8x32_ps(lo.v, at.v),
+                                _mm256_permutevar8x32_ps(hi.v, at.v), from_hi));
 }
 inline unsigned bits_of(f32x8_mask m) { return unsigned(_mm256_movemask_ps(m.m)); }
 inline unsigned bits_of(f64x4_mask m) { return unsigned(_mm256_movemask_pd(m.m)); }
