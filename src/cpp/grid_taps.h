@@ -197,16 +197,17 @@ struct TapReader {
   // `width`: the volume's size along x.
   TapReader(const TapFootprint<MODE, V>& f, const int64_t* s, int64_t width) {
     f.offsets(s, row, column);
-    M all = f.finite;
+    if constexpr (has_window<V>::value) {
+      M all = f.finite;  // the lanes that read every tap
+      for (int axis = 0; axis < 3; ++axis)
+        for (int k = 0; k < kTaps; ++k) all = all & f.reads[axis][k];
+      if (s[4] == 1 && bits_of(all) == (uint64_t(1) << L) - 1) window(f, width);
+      if (windowed) return;  // every tap on: `on` unused
+    }
     for (int z = 0; z < kTaps; ++z)
       for (int y = 0; y < kTaps; ++y)
-        for (int x = 0; x < kTaps; ++x) {
+        for (int x = 0; x < kTaps; ++x)
           on[kTaps * z + y][x] = f.reads[2][z] & f.reads[1][y] & f.reads[0][x];
-          all = all & on[kTaps * z + y][x];
-        }
-    if constexpr (has_window<V>::value) {
-      if (s[4] == 1 && bits_of(all) == (uint64_t(1) << L) - 1) window(f, width);
-    }
   }
 
   // Whether the lanes share their rows and their x taps fit one window; if so, the window.
@@ -218,14 +219,19 @@ struct TapReader {
         store_(v, f.voxel[axis][k]);
         if (bits_of(f.voxel[axis][k] == V(v[0])) != every) return;
       }
-    alignas(64) T x[kTaps][L];
-    for (int k = 0; k < kTaps; ++k) store_(x[k], f.voxel[0][k]);
-    T low = x[0][0], high = x[0][0];
-    for (int k = 0; k < kTaps; ++k)
-      for (int l = 0; l < L; ++l) {
-        low = std::min(low, x[k][l]);
-        high = std::max(high, x[k][l]);
-      }
+    V lows = f.voxel[0][0], highs = f.voxel[0][0];  // per lane, over the x taps
+    for (int k = 1; k < kTaps; ++k) {
+      lows = select(f.voxel[0][k] < lows, f.voxel[0][k], lows);
+      highs = select(highs < f.voxel[0][k], f.voxel[0][k], highs);
+    }
+    alignas(64) T x[2][L];
+    store_(x[0], lows);
+    store_(x[1], highs);
+    T low = x[0][0], high = x[1][0];
+    for (int l = 1; l < L; ++l) {
+      low = std::min(low, x[0][l]);
+      high = std::max(high, x[1][l]);
+    }
     if (high - low >= T(2 * L)) return;
     first = int64_t(low);
     count = std::min<int64_t>(2 * L, width - first);
@@ -250,7 +256,7 @@ struct TapReader {
       } else {
         alignas(64) T v[L];
         for (int l = 0; l < L; ++l) v[l] = load<S, T>(base + row[j][l] + column[x][l]);
-        out[x] = select(on[j][x], load_<V>(v), V(T(0)));
+        out[x] = windowed ? load_<V>(v) : select(on[j][x], load_<V>(v), V(T(0)));
       }
     }
   }
