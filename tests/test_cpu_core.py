@@ -71,15 +71,20 @@ def test_kernel_codes_of_modes_and_paddings_are_pythons():
     assert _cpu.PADDINGS == {c.name: c.code for c in _tables.PADDINGS.choices}
 
 
-# A child that imports volsample, then prints the environment's OMP_WAIT_POLICY and has
-# libgomp display the settings it runs under (to stderr): how long a waiting thread spins,
-# GOMP_SPINCOUNT, tells the policies apart (libgomp shows an unset policy as PASSIVE too,
-# with 300,000 spins).
+# A child that loads volsample's kernels, then prints the environment's OMP_WAIT_POLICY and
+# has libgomp display the settings it runs under (to stderr): how long a waiting thread
+# spins, GOMP_SPINCOUNT, tells the policies apart (libgomp shows an unset policy as PASSIVE
+# too, with 300,000 spins). The runtime is found where the process mapped it: a wheel
+# carries its own copy under another name (volsample.libs/libgomp-<hash>.so.1.0.0).
 _WAIT_POLICY_CHILD = """
 import ctypes, os
-import volsample
+import volsample._cpu
 print(os.environ.get("OMP_WAIT_POLICY"))
-ctypes.CDLL("libgomp.so.1", mode=os.RTLD_NOLOAD).omp_display_env(1)
+with open("/proc/self/maps") as maps:
+    runtimes = [line.split()[-1] for line in maps if "/libgomp" in line]
+if not runtimes:
+    raise SystemExit("the kernels did not load libgomp")
+ctypes.CDLL(runtimes[0], mode=os.RTLD_NOLOAD).omp_display_env(1)
 """
 
 
