@@ -36,17 +36,23 @@ def pytorch_warp(x, theta, u, mode, padding_mode, align_corners):
     return F.grid_sample(x, grid, mode, padding_mode, align_corners)
 
 
+def assert_same_with_gradients(ours, theirs, operands):
+    """Two warps of ``operands`` (input, theta, displacement) agree to float64 round-off,
+    and so do their gradients through autograd."""
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    go = torch.randn_like(ours)
+    for a, b, name in zip(torch.autograd.grad(ours, operands, go),
+                          torch.autograd.grad(theirs, operands, go),
+                          ("input", "theta", "displacement")):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11, msg=f"grad {name}")
+
+
 @pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
 def test_matches_pytorch_and_its_gradients(mode, padding_mode, align_corners):
     x, theta, u = operands()
     ours = vt.warp(x, theta, u, None, mode, padding_mode, align_corners)
     theirs = pytorch_warp(x, theta, u, mode, padding_mode, align_corners)
-    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
-    go = torch.randn_like(ours)
-    for a, b, name in zip(torch.autograd.grad(ours, (x, theta, u), go),
-                          torch.autograd.grad(theirs, (x, theta, u), go),
-                          ("input", "theta", "displacement")):
-        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11, msg=f"grad {name}")
+    assert_same_with_gradients(ours, theirs, (x, theta, u))
 
 
 def test_float32_channels_last_and_bfloat16():
@@ -247,12 +253,7 @@ def test_cubic_warp_is_grid_sample_on_its_grid(mode, padding_mode, align_corners
     size = (x.shape[0], x.shape[1]) + tuple(u.shape[1:4])
     grid = F.affine_grid(theta, size, align_corners=align_corners) + u
     theirs = vt.grid_sample(x, grid, mode, padding_mode, align_corners)
-    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
-    go = torch.randn_like(ours)
-    for a, b, name in zip(torch.autograd.grad(ours, (x, theta, u), go),
-                          torch.autograd.grad(theirs, (x, theta, u), go),
-                          ("input", "theta", "displacement")):
-        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11, msg=f"grad {name}")
+    assert_same_with_gradients(ours, theirs, (x, theta, u))
 
 
 @pytest.mark.parametrize("mode,padding_mode", [("bicubic", "zeros"), ("bspline", "reflection"),

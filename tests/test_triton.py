@@ -261,15 +261,24 @@ def test_grid_sample_non_finite_points_contribute_nothing(mode, padding):
     grad_ref = grad.masked_fill(bad[:, None], 0)
     out_ref, gi_ref, gg_ref = torch_grid_sample(volume, grid.masked_fill(bad[..., None], 0),
                                                 grad_ref, mode, padding, False)
-    out_ref = out_ref.masked_fill(bad[:, None], 0)
-    m, p = MODES[mode], PADDINGS[padding]
-    out = grid_forward(volume, grid, m, p, False)
-    assert_close("output", out, out_ref, torch.float32)
+    _assert_bad_points_contribute_nothing(volume, grid, grad, bad, MODES[mode], PADDINGS[padding],
+                                          out_ref, gi_ref, gg_ref)
+
+
+def _assert_bad_points_contribute_nothing(volume, grid, grad, bad, mode, padding, out_ref,
+                                          gi_ref, gg_ref):
+    """The kernels (forward, both backwards) against an oracle run with the ``bad`` points
+    moved inside and their gradient zeroed: the bad points read 0 and get no gradient.
+    Returns the kernels' output."""
+    out = grid_forward(volume, grid, mode, padding, False)
+    assert_close("output", out, out_ref.masked_fill(bad[:, None], 0), torch.float32)
     for deterministic in (False, True):
-        gi, gg = grid_backward(grad, volume, grid, m, p, False, (True, True), deterministic)
+        gi, gg = grid_backward(grad, volume, grid, mode, padding, False, (True, True),
+                               deterministic)
         assert_close("grad_input", gi, gi_ref, torch.float32)
         assert_close("grad_grid", gg, gg_ref, torch.float32)
         assert not gg[bad].any()
+    return out
 
 
 @pytest.mark.parametrize("padding", list(PADDINGS))
@@ -432,15 +441,9 @@ def test_cubic_non_finite_points_contribute_nothing(mode, padding):
     out_ref, gi_ref, gg_ref = cpu_grid_sample(volume, grid.masked_fill(bad[..., None], 0),
                                               grad.masked_fill(bad[:, None], 0), mode,
                                               padding, False)
-    m, p = CUBIC[mode], PADDINGS[padding]
-    out = grid_forward(volume, grid, m, p, False)
-    assert_close("output", out, out_ref.masked_fill(bad[:, None], 0), torch.float32)
+    out = _assert_bad_points_contribute_nothing(volume, grid, grad, bad, CUBIC[mode],
+                                                PADDINGS[padding], out_ref, gi_ref, gg_ref)
     assert not out[0, :, 1, 0, 0].any()
-    for deterministic in (False, True):
-        gi, gg = grid_backward(grad, volume, grid, m, p, False, (True, True), deterministic)
-        assert_close("grad_input", gi, gi_ref, torch.float32)
-        assert_close("grad_grid", gg, gg_ref, torch.float32)
-        assert not gg[bad].any()
 
 
 @pytest.mark.parametrize("padding", list(PADDINGS))
