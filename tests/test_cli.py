@@ -25,6 +25,13 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     quick = [w.name for w in bench.suite() if w.quick]
     assert quick and all(name in out for name in quick)
+    ours = {r["workload"]: r for r in json.loads(json_path.read_text())["results"]
+            if r["implementation"] == "volsample"}
+    for name in quick:  # times of microseconds keep three digits (not "0.02", "0")
+        median_ms, _, first_ms = next(line for line in out.splitlines()
+                                      if line.startswith(name))[len(name):].split()[:3]
+        assert float(median_ms) == pytest.approx(ours[name]["median_s"] * 1e3, rel=0.01)
+        assert float(first_ms) == pytest.approx(ours[name]["first_call_s"] * 1e3, rel=0.01)
     assert "vs pytorch" in out
     payload = json.loads(json_path.read_text())
     assert set(payload) == {"recorded", "command", "quick", "load_average", "machine",

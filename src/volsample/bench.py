@@ -747,8 +747,8 @@ def format_table(results) -> str:
     rows = []
     for name, row in by_workload.items():
         ours = row["volsample"]
-        cells = [name, f"{ours.median_s * 1e3:.2f}", f"{ours.bandwidth_fraction:.0%}",
-                 f"{ours.first_call_s * 1e3:.0f}"]
+        cells = [name, _figure(ours.median_s * 1e3), f"{ours.bandwidth_fraction:.0%}",
+                 _figure(ours.first_call_s * 1e3)]
         cells += [_ratio_cell(row[p]) if p in row else "-" for p in peers]
         rows.append(cells)
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
