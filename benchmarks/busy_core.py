@@ -6,7 +6,8 @@ two threads shares its core.
                                    [--no-busy] [--busy-cpu 1]
 
 Each (wait policy, thread count) runs in a child process of its own, since OpenMP reads
-OMP_WAIT_POLICY when it starts; "default" leaves the environment as volsample finds it.
+OMP_WAIT_POLICY when it starts; "default" leaves the environment as volsample finds it,
+"spin=N" sets GOMP_SPINCOUNT=N (libgomp: spin N rounds, then sleep).
 Prints one line per workload: the medians at 1 and 2 threads and their ratio (2 threads
 no slower than 1 is at most 1.00).
 """
@@ -38,7 +39,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--filter", nargs="*", default=WORKLOADS, metavar="NAME")
     parser.add_argument("--wait-policy", nargs="*", default=["default"],
-                        help="OMP_WAIT_POLICY values to run under (default: as found)")
+                        help="OMP_WAIT_POLICY values, or spin=N for GOMP_SPINCOUNT=N, to run under "
+                             "(default: as found)")
     parser.add_argument("--no-busy", action="store_true", help="no busy process beside")
     parser.add_argument("--busy-cpu", type=int, default=1)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
@@ -52,7 +54,9 @@ def main():
     try:
         for policy in args.wait_policy:
             env = dict(os.environ)
-            if policy != "default":
+            if policy.startswith("spin="):
+                env["GOMP_SPINCOUNT"] = policy.removeprefix("spin=")
+            elif policy != "default":
                 env["OMP_WAIT_POLICY"] = policy
             runs = {}
             for threads in (1, 2):
