@@ -906,7 +906,7 @@ def plot(results):
         # bars from 1 (as fast as the peer): right of it volsample is faster, left slower;
         # the whiskers span the interquartile range over the rounds
         ax.barh([positions[key] for key in keys], ratios - 1, 0.85, left=1,
-                color=f"C{k}", label=f"vs {peer}", xerr=np.abs(np.stack(
+                color=f"C{k}", label=f"vs {_PEER_TITLES[peer]}", xerr=np.abs(np.stack(
                     [ratios - iqr[:, 0], iqr[:, 1] - ratios])), ecolor="grey")
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")  # ratios from below 1 to hundreds: every bar readable
