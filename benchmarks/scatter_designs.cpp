@@ -18,10 +18,14 @@
 //   distinct   per corner, one gather-add-scatter when the 16 lanes' elements are distinct,
 //              else the scalar loop;
 //   pairs      the x0 and x1 corners of a lane together: a 64-bit load-add-store of the pair
-//              (one rounding per float, as scalar), lane by lane.
+//              (one rounding per float, as scalar), lane by lane;
+//   avx2-gather what AVX2 can do (it has no scatter): per corner and half block of 8 lanes
+//              with distinct elements, one gather and one vector add, then 8 scalar stores.
 // Measured on AMD EPYC Zen 4 (AVX-512 on 256-bit units), a shared machine, medians of 9:
 // scalar 25.5 ms, rounds 46.1, distinct 33.2, pairs 61.1; NDHWC C8 channels-major 372 ms,
-// channels-scalar 164, channels-vector 92.5; C32 1961, 404, 325.
+// channels-scalar 164, channels-vector 92.5; C32 1961, 404, 325. AVX2's gather, two runs
+// on the same machine (load average 4-7): scalar 18.4 and 17.6 ms, avx2-gather 18.6 and
+// 17.7: the gather buys nothing, and AVX2 keeps the scalar loop.
 // NDHWC, C channels contiguous (grad_output's too):
 //   channels-major   the kernel before: channel by channel, each as the NCDHW scalar
 //                    (always corner by corner here; where a block's taps do not move one
@@ -168,6 +172,45 @@ void distinct(const Points& p, float* gin) {
   }
 }
 
+// AVX2 (no scatter, no conflict detection): a block's 16 lanes as two halves of 8, per
+// corner; where a half's 8 elements are distinct (each lane compared with the 7 rotations
+// of the others) and all inside, gather them, add the terms as one vector and store the 8
+// sums lane by lane; else the scalar loop. Same order as scalar.
+bool distinct8(const int32_t* offsets) {
+  const __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets));
+  const __m256i rotate = _mm256_setr_epi32(1, 2, 3, 4, 5, 6, 7, 0);
+  __m256i same = _mm256_setzero_si256(), rotated = low;
+  for (int r = 1; r < 8; ++r) {
+    rotated = _mm256_permutevar8x32_epi32(rotated, rotate);
+    same = _mm256_or_si256(same, _mm256_cmpeq_epi32(low, rotated));
+  }
+  return _mm256_testz_si256(same, same);
+}
+
+void avx2_gather(const Points& p, float* gin) {
+  for (int64_t b = 0; b < p.count; b += L) {
+    const bool apart[2] = {distinct8(&p.low[b]), distinct8(&p.low[b + 8])};
+    for (int k = 7; k >= 0; --k) {
+      float* at = gin + kCorner[k];
+      const __mmask16 lanes = lanes_of(p, b, k);
+      for (int h = 0; h < 2; ++h) {
+        const int64_t first = b + 8 * h;
+        const int half = lanes >> (8 * h) & 0xFF;
+        if (apart[h] && half == 0xFF) {
+          const __m256i low = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(&p.low[first]));
+          alignas(32) float sum[8];
+          _mm256_store_ps(sum, _mm256_add_ps(_mm256_i32gather_ps(at, low, 4),
+                                             _mm256_loadu_ps(&p.term[k][first])));
+          for (int l = 0; l < 8; ++l) at[p.low[first + l]] = sum[l];
+        } else {
+          for (int l = 0; l < 8; ++l)
+            if (half >> l & 1) at[p.low[first + l]] += p.term[k][first + l];
+        }
+      }
+    }
+  }
+}
+
 // x0 and x1 of each (y, z) corner row as one 64-bit read-add-write where both are inside.
 void pairs(const Points& p, float* gin) {
   for (int64_t b = 0; b < p.count; b += L) {
@@ -260,7 +303,7 @@ int main(int argc, char** argv) {
   scalar(p, reference.data());
   struct Design { const char* name; void (*fn)(const Points&, float*); };
   const Design designs[] = {{"scalar", scalar}, {"rounds", rounds}, {"distinct", distinct},
-                            {"pairs", pairs}};
+                            {"pairs", pairs}, {"avx2-gather", avx2_gather}};
   int64_t collide = 0;
   for (int64_t b = 0; b < p.count; b += L) {
     const __m512i low = _mm512_loadu_si512(&p.low[b]);
