@@ -282,6 +282,55 @@ void channels_vector(const Points& p, const float* go, float* gin) {
   }
 }
 
+// NCDHW with C channels: grad_input (C, D, H, W), grad_output (C, points); the terms are
+// grad_output * weight, each product rounded, then added.
+//   planes      the kernel's order: a block of 16 points, channel by channel, corner by
+//               corner from 7 down to 0, lane by lane (grad_output read as one vector per
+//               channel);
+//   transposed  the block's grad_output transposed to (point, channel) first, then point
+//               by point, corner by corner, K channels at a time (the elements a plane apart).
+// Here transposed (K = 4) took 0.6-0.7x planes' time at C = 3, 8 and 16 (load average 4-7,
+// noisy). In the kernel it lost: scatter_channels taking NCDHW too (point by point, K planes
+// at a time, same bits), against the kernel's corner-major sweep of a row's blocks with
+// prefetching, one process alternating the two (2 threads, load average 3-7): K = 4
+// 0.81-0.94x on grid.bwd smooth C8, video C3, oasis field C3 and feature N2 C16; K = 1,
+// 2, 8, 16 0.27-0.96x. Adjacent points share corners, so point by point each add waits on
+// the previous point's store; the kernel keeps its sweep.
+template <int C>
+void planes(const Points& p, const float* go, float* gin) {
+  const int64_t plane = int64_t(D) * H * W;
+  for (int64_t b = 0; b < p.count; b += L)
+    for (int c = 0; c < C; ++c) {
+      const __m512 g = _mm512_loadu_ps(go + c * p.count + b);
+      float* gin_c = gin + c * plane;
+      for (int k = 7; k >= 0; --k) {
+        alignas(64) float t[L];
+        _mm512_store_ps(t, _mm512_mul_ps(g, _mm512_loadu_ps(&p.term[k][b])));
+        const __mmask16 lanes = lanes_of(p, b, k);
+        for (int l = 0; l < L; ++l)
+          if (lanes >> l & 1) gin_c[p.low[b + l] + kCorner[k]] += t[l];
+      }
+    }
+}
+
+template <int C, int K = C>
+void transposed(const Points& p, const float* go, float* gin) {
+  const int64_t plane = int64_t(D) * H * W;
+  for (int64_t b = 0; b < p.count; b += L) {
+    alignas(64) float tile[L][C];
+    for (int c = 0; c < C; ++c)
+      for (int l = 0; l < L; ++l) tile[l][c] = go[c * p.count + b + l];
+    for (int c0 = 0; c0 < C; c0 += K)  // K channels (planes) at a time
+      for (int l = 0; l < L; ++l)
+        for (int k = 7; k >= 0; --k) {
+          if (!(p.inside[b + l] >> k & 1)) continue;
+          const float w = p.term[k][b + l];
+          float* e = gin + p.low[b + l] + kCorner[k];
+          for (int c = c0; c < c0 + K && c < C; ++c) e[c * plane] += tile[l][c] * w;
+        }
+  }
+}
+
 double median_ms(const std::function<void()>& f, int repeats) {
   std::vector<double> t;
   for (int r = 0; r < repeats; ++r) {
@@ -338,6 +387,27 @@ int main(int argc, char** argv) {
     std::printf("  %-16s %8.2f ms\n  %-16s %8.2f ms  bits %s\n",
                 "channels-scalar", s_ms, "channels-vector", v_ms, same ? "equal" : "DIFFER");
   };
+  // NCDHW, C = 3, 8 and 16: bits against point order (PyTorch's; transposed keeps it, planes
+  // only where a block's taps move one way, where the kernel takes it).
+  auto ncdhw = [&](auto tag) {
+    constexpr int C = decltype(tag)::value;
+    std::vector<float> go(p.count * C), ref(volume * C, 0.0f), got(volume * C, 0.0f);
+    for (int64_t i = 0; i < p.count * C; ++i) go[i] = float((i * 7919) % 1000) / 1000.0f - 0.5f;
+    transposed<C>(p, go.data(), ref.data());
+    planes<C>(p, go.data(), got.data());
+    const bool same = std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0;
+    std::printf("NCDHW C%d\n", C);
+    const double p_ms = median_ms([&] { planes<C>(p, go.data(), got.data()); }, repeats);
+    const double t_ms = median_ms([&] { transposed<C>(p, go.data(), got.data()); }, repeats);
+    const double t4_ms = median_ms([&] { transposed<C, 4>(p, go.data(), got.data()); }, repeats);
+    const double t2_ms = median_ms([&] { transposed<C, 2>(p, go.data(), got.data()); }, repeats);
+    std::printf("  %-16s %8.2f ms  bits %s\n  %-16s %8.2f ms\n  %-16s %8.2f ms\n  %-16s %8.2f ms\n",
+                "planes", p_ms, same ? "equal" : "DIFFER", "transposed", t_ms,
+                "transposed-4", t4_ms, "transposed-2", t2_ms);
+  };
+  ncdhw(std::integral_constant<int, 3>{});
+  ncdhw(std::integral_constant<int, 8>{});
+  ncdhw(std::integral_constant<int, 16>{});
   channels(std::integral_constant<int, 8>{});
   channels(std::integral_constant<int, 32>{});
   return 0;
