@@ -341,6 +341,62 @@ cached_description = _calls.memoised(_call_key)
 _calls.tracing = torch.compiler.is_compiling
 
 
+# Calls the C++ kernels ran before, prepared: each op's CPU kernel keeps, per key of a
+# call's tensors (``tensor_key``), its other arguments and the thread count, the
+# ``_kernels.PreparedGridSample`` (or the like) of its first run and its results' shapes
+# and strides. A repeated call then allocates its results and hands the kernel the
+# tensors' addresses (``const_data_ptr``: copy-on-write inputs stay lazy), with no
+# description, NumPy view or check made again: a call with the same key passes the same
+# checks.
+
+
+def tensor_key(t: torch.Tensor):
+    """What a prepared CPU call depends on of a tensor: its shape, strides and dtype (the
+    op's CPU kernel sees CPU tensors only)."""
+    return t.shape, t.stride(), t.dtype
+
+
+def prepared_calls() -> dict:
+    """A new cache of prepared calls (``remember``), which ``forget_prepared_calls``
+    empties."""
+    cache: dict = {}
+    _PREPARED_CALLS.append(cache)
+    return cache
+
+
+_PREPARED_CALLS: list[dict] = []
+
+
+def forget_prepared_calls() -> None:
+    """Prepare every call afresh (tests: a spy on the preparing functions sees them)."""
+    for cache in _PREPARED_CALLS:
+        cache.clear()
+
+
+def remember(prepared: dict, key, value):
+    """``prepared[key] = value``, the oldest calls forgotten beyond a training loop's
+    worth of shapes; returns ``value``."""
+    if len(prepared) >= _calls.DESCRIPTIONS_KEPT:
+        prepared.clear()
+    prepared[key] = value
+    return value
+
+
+def empty_strided(layout, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU result of ``layout`` (its shape and strides; ``huge_pages``)."""
+    return huge_pages(torch.empty_strided(*layout, dtype=dtype))
+
+
+def zeros_strided(layout, dtype: torch.dtype) -> torch.Tensor:
+    """``empty_strided``, zeroed (after the advice, which must come before the first touch)."""
+    return empty_strided(layout, dtype).zero_()
+
+
+def strided_layout(t: torch.Tensor):
+    """The (shape, strides) of ``t``, as ``empty_strided`` takes them."""
+    return tuple(t.shape), t.stride()
+
+
 # ---------------------------------------------------------------------------------------
 # Torch-level checks: tensors become the op layer's operands
 # ---------------------------------------------------------------------------------------
