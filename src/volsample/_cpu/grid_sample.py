@@ -101,7 +101,8 @@ def backward(call, grad_output, input, grid, grad_input, grad_grid, threads=None
 def prepare_backward(call, grad_output, input, grid, grad_input, grad_grid, threads=None):
     """``backward(...)`` as a ``_kernels.PreparedGridSample`` for operands of these
     arrays' shapes, strides and dtypes (``.backward(grad_output_address, input_address,
-    grid_address, grad_input_address, grad_grid_address)``, into zeroed gradients); None
+    grid_address, grad_input_address, grad_grid_address)``, into gradients allocated whole,
+    which it zeroes first); None
     where the kernel has nothing to do, or a 16-bit ``grad_input`` needs an accumulator
     (``backward`` then)."""
     if grad_input is not None and grad_input.dtype != call.compute_dtype:

@@ -9,7 +9,6 @@ through such views. The torch layer adds no copy in either direction.
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import importlib
@@ -296,16 +295,20 @@ def _torch_error(op: str, error: _checks.VolsampleError) -> _checks.VolsampleErr
     return cls(message, argument=error.argument, kind=error.kind, value=error.value)
 
 
-@contextlib.contextmanager
-def torch_errors(op: str):
-    """Re-raise the shared checks' errors as the torch layer's classes, in PyTorch's words
-    for the operator ``op`` (GRID_SAMPLER or UPSAMPLE) followed by volsample's message."""
-    try:
-        yield
-    except _TORCH_CLASSES:
-        raise
-    except _checks.VolsampleError as error:
-        raise _torch_error(op, error).with_traceback(error.__traceback__) from None
+class torch_errors:
+    """Context: re-raise the shared checks' errors as the torch layer's classes, in
+    PyTorch's words for the operator ``op`` (GRID_SAMPLER or UPSAMPLE) followed by
+    volsample's message. (A class, not a generator: entered on every call of a door.)"""
+
+    def __init__(self, op: str):
+        self.op = op
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if isinstance(error, _checks.VolsampleError) and not isinstance(error, _TORCH_CLASSES):
+            raise _torch_error(self.op, error).with_traceback(traceback) from None
 
 
 def raises_torch_errors(op: str):
@@ -385,11 +388,6 @@ def remember(prepared: dict, key, value):
 def empty_strided(layout, dtype: torch.dtype) -> torch.Tensor:
     """An uninitialised CPU result of ``layout`` (its shape and strides; ``huge_pages``)."""
     return huge_pages(torch.empty_strided(*layout, dtype=dtype))
-
-
-def zeros_strided(layout, dtype: torch.dtype) -> torch.Tensor:
-    """``empty_strided``, zeroed (after the advice, which must come before the first touch)."""
-    return empty_strided(layout, dtype).zero_()
 
 
 def strided_layout(t: torch.Tensor):
@@ -526,9 +524,12 @@ def _direct(args) -> bool:
             or torch.autograd.profiler._is_profiler_enabled
             or torch._C._get_tracing_state() is not None):
         return False
-    return all(type(a) is torch.Tensor and a.is_cpu and a.layout is torch.strided
-               and not a.is_neg() and not a._is_zerotensor()
-               for a in args if isinstance(a, torch.Tensor))
+    for a in args:  # a loop, not all(...): a generator costs more than these tests
+        if isinstance(a, torch.Tensor) and (
+                type(a) is not torch.Tensor or not a.is_cpu or a.layout is not torch.strided
+                or a.is_neg() or a._is_zerotensor()):
+            return False
+    return True
 
 
 def register_kernel(op, device: str):
@@ -647,11 +648,19 @@ def call(function, op, *args):
     transform), which costs a Function's context less."""
     if torch.compiler.is_compiling():
         return op(*args)
-    if (_forward_ad._current_level < 0 and not torch._C._are_functorch_transforms_active()
-            and not (torch.is_grad_enabled() and any(
-                isinstance(a, torch.Tensor) and a.requires_grad for a in args))):
-        return below_autograd(op, *args)
-    return function.apply(*args)
+    if _forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active():
+        return function.apply(*args)
+    if torch.is_grad_enabled():
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.requires_grad:
+                return function.apply(*args)
+    return below_autograd(op, *args)
+
+
+def forward_ad_active() -> bool:
+    """Whether a Function's ``jvp`` may be asked for (a forward-AD level, or a torch.func
+    transform): its ``setup_context`` saves for forward mode only then."""
+    return _forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active()
 
 
 # ---------------------------------------------------------------------------------------

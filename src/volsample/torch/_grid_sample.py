@@ -135,9 +135,9 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
         _cpu.backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
                       *map(_common.writable_array, gradients))
         return _returned(gradients, input, grid)
-    grad_input = None if prepared.grad_input is None else _common.zeros_strided(
+    grad_input = None if prepared.grad_input is None else _common.empty_strided(
         prepared.grad_input, input.dtype)
-    grad_grid = None if prepared.grad_grid is None else _common.zeros_strided(
+    grad_grid = None if prepared.grad_grid is None else _common.empty_strided(
         prepared.grad_grid, grid.dtype)
     prepared.kernel.backward(grad_output.const_data_ptr(), input.const_data_ptr(),
                              grid.const_data_ptr(), _address(grad_input), _address(grad_grid))
@@ -356,7 +356,8 @@ class _GridSampler3d(_common.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:2])
-        ctx.save_for_forward(*inputs[:2])
+        if _common.forward_ad_active():
+            ctx.save_for_forward(*inputs[:2])
         ctx.modes = inputs[2:]  # interpolation_mode, padding_mode, align_corners
 
     @staticmethod
@@ -393,7 +394,8 @@ class _GridSampler3dBackward(_common.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:3])
-        ctx.save_for_forward(*inputs[:3])
+        if _common.forward_ad_active():
+            ctx.save_for_forward(*inputs[:3])
         ctx.modes = inputs[3:6]
         ctx.output_mask = list(inputs[6])
         ctx.mark_non_differentiable(*(t for t, m in zip(output, ctx.output_mask) if not m))
