@@ -527,9 +527,31 @@ def _direct(args) -> bool:
     for a in args:  # a loop, not all(...): a generator costs more than these tests
         if isinstance(a, torch.Tensor) and (
                 type(a) is not torch.Tensor or not a.is_cpu or a.layout is not torch.strided
-                or a.is_neg() or a._is_zerotensor()):
+                or a.is_neg() or a._is_zerotensor() or _is_functorch_wrapped(a)):
             return False
     return True
+
+
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def eager(*tensors: torch.Tensor) -> bool:
+    """Whether a door's call on ``tensors`` may go straight to the op's CPU kernel, or to
+    its Function's C++ apply whose forward runs that kernel: nothing compiles or traces
+    it, no forward-AD level, and ``_direct``."""
+    return (not torch.compiler.is_compiling() and _forward_ad._current_level < 0
+            and _direct(tensors))
+
+
+def cpu_kernel(op):
+    """The Python function that is ``op``'s CPU kernel."""
+    return _CPU_KERNELS[op]
+
+
+def c_apply(function):
+    """``function``'s C++ ``apply``, which binds no signature (see ``Function``): for
+    plain tensors with every argument given."""
+    return super(torch.autograd.Function, function).apply
 
 
 def register_kernel(op, device: str):

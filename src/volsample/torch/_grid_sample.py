@@ -332,6 +332,8 @@ def _forward(input, grid, *modes):
 
 
 def _backward_op(grad_output, input, grid, *modes_and_mask):
+    if not torch.is_grad_enabled() and _common.eager(grad_output, input, grid):
+        return _cpu_backward(grad_output, input, grid, *modes_and_mask)  # a plain backward
     return _common.call(_GridSampler3dBackward, grid_sampler_3d_backward, grad_output, input,
                         grid, *modes_and_mask)
 
@@ -538,4 +540,24 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
         _common.tensor("grid", grid)
         modes = (MODES.code(mode), PADDINGS.code(padding_mode),
                  _common.align_corners(align_corners))
+    if _common.eager(input, grid):  # the shortest way: what _forward would pick, unchecked
+        if torch.is_grad_enabled() and (input.requires_grad or grid.requires_grad):
+            return _eager_apply(input, grid, *modes)
+        return _cpu_forward(input, grid, *modes)
     return _forward(input, grid, *modes)
+
+
+_cpu_forward = _common.cpu_kernel(grid_sampler_3d)
+_cpu_backward = _common.cpu_kernel(grid_sampler_3d_backward)
+
+
+class _EagerGridSampler3d(_GridSampler3d):
+    """_GridSampler3d for ``grid_sample``'s eager calls on plain CPU tensors: its forward
+    runs the CPU kernel without asking again."""
+
+    @staticmethod
+    def forward(input, grid, interpolation_mode, padding_mode, align_corners):
+        return _cpu_forward(input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+_eager_apply = _common.c_apply(_EagerGridSampler3d)
