@@ -403,8 +403,8 @@ def test_ops_pass_tensor_memory_both_ways(monkeypatch, dtype, fmt):
     backward = Spy(monkeypatch, cpu_grid_sample, "backward")
     spies = [Spy(monkeypatch, cpu_grid_sample, "prepare_forward"),
              Spy(monkeypatch, cpu_grid_sample, "prepare_backward"),
-             Spy(monkeypatch, cpu_upsample, "forward"),
-             Spy(monkeypatch, cpu_upsample, "backward")]
+             Spy(monkeypatch, cpu_upsample, "prepare_forward"),
+             Spy(monkeypatch, cpu_upsample, "prepare_backward")]
     results = [vt.grid_sample(x, grid), *ops.grid_sampler_3d_backward(go, x, grid, 0, 0, False,
                                                                       [True, True]),
                vt.upsample_trilinear(x, scale_factor=2),
@@ -426,8 +426,8 @@ def test_ops_pass_tensor_memory_both_ways(monkeypatch, dtype, fmt):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
 @pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
 def test_repeated_calls_run_on_their_own_tensors(dtype, fmt):
-    # The second and third calls of a shape run the kernels prepared by the first: on their
-    # own tensors (another offset into a storage too), with the NumPy API's bits, on any
+    # The second and third calls of a shape run the kernels prepared by the first (grid
+    # sampling and upsampling, forward and backward): on their own tensors (another offset into a storage too), with the NumPy API's bits, on any
     # thread count.
     _common.forget_prepared_calls()
     storage = torch.randn(3 * 2 * 4 * 5 * 6 * 7 + 3, dtype=torch.float64).to(dtype)
@@ -445,9 +445,16 @@ def test_repeated_calls_run_on_their_own_tensors(dtype, fmt):
             expected = (volsample.grid_sample_3d(*arrays[:2], "bilinear", "border"),
                         *volsample.grid_sample_3d_backward(arrays[2], *arrays[:2], "bilinear",
                                                            "border"))
+            expected += (volsample.upsample_trilinear_3d(arrays[0], scale_factor=1.5),
+                         volsample.upsample_trilinear_3d_backward(arrays[2], (2, 4, 6, 8, 10),
+                                                                  scales=(0.6, 0.5, 0.5)))
             got = (vt.grid_sample(x, grid, "bilinear", "border"),
-                   *ops.grid_sampler_3d_backward(go, x, grid, 0, 1, False, [True, True]))
-            for name, ours, theirs in zip(("output", "grad_input", "grad_grid"), got, expected):
+                   *ops.grid_sampler_3d_backward(go, x, grid, 0, 1, False, [True, True]),
+                   vt.upsample_trilinear(x, scale_factor=1.5),
+                   ops.upsample_trilinear3d_backward(go, [2, 4, 6, 8, 10], False,
+                                                     [0.6, 0.5, 0.5]))
+            names = ("output", "grad_input", "grad_grid", "upsampled", "upsampling's gradient")
+            for name, ours, theirs in zip(names, got, expected):
                 assert_same_bits(f"call {k}: {name}", numpy_array(ours), theirs)
     finally:
         volsample.set_num_threads(threads)

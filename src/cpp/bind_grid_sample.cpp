@@ -12,11 +12,6 @@ namespace nb = nanobind;
 namespace vs {
 namespace {
 
-// The memory at `address`, for an operand the prepared call has (an absent one stays so).
-void place(Strided& s, uintptr_t address) {
-  if (!s.empty()) s.data = reinterpret_cast<void*>(address);
-}
-
 size_t itemsize(DType t) {
   switch (t) {
     case DType::float64: return 8;

@@ -9,6 +9,7 @@ through such views. The torch layer adds no copy in either direction.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import importlib
@@ -374,6 +375,11 @@ def forget_prepared_calls() -> None:
     """Prepare every call afresh (tests: a spy on the preparing functions sees them)."""
     for cache in _PREPARED_CALLS:
         cache.clear()
+
+
+# The prepared kernels go before the extension module does at exit (else nanobind reports
+# them as leaked instances).
+atexit.register(forget_prepared_calls)
 
 
 def remember(prepared: dict, key, value):
