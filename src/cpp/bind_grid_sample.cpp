@@ -133,6 +133,20 @@ void bind_grid_sample(nb::module_& m) {
           nb::arg("input"), nb::arg("grid"), nb::arg("output"),
           "The forward on operands at these addresses (the prepared shapes and strides).")
       .def(
+          "forward_on",
+          [](const GridSampleArgs& prepared, nb::handle input, nb::handle grid,
+             nb::handle output) {
+            GridSampleArgs a = prepared;
+            a.input.data = strided(input).data;
+            a.grid.data = strided(grid).data;
+            a.output.data = strided(output).data;
+            nb::gil_scoped_release release;
+            active_kernels().grid_sample_forward(a);
+          },
+          nb::arg("input"), nb::arg("grid"), nb::arg("output"),
+          "The forward on the memory of these arrays, of the prepared shapes, strides and "
+          "dtypes in any axis order (only their addresses are read).")
+      .def(
           "backward",
           [](const GridSampleArgs& prepared, uintptr_t grad_output, uintptr_t input,
              uintptr_t grid, uintptr_t grad_input, uintptr_t grad_grid) {
