@@ -64,3 +64,45 @@ def numpy_array(tensor):
     if tensor.dtype == torch.bfloat16:
         return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
     return tensor.numpy().copy()
+
+
+class KernelRuns:
+    """Counts the runs of a C++ launcher of a ``volsample._cpu`` module (``name``:
+    "forward" or "backward"): its direct launches, and the runs of the kernels that
+    ``prepare_<name>`` prepares while it counts (the torch layer's prepared calls are
+    forgotten first, so that each is prepared again)."""
+
+    def __init__(self, monkeypatch, module, name):
+        from volsample.torch import _common
+        _common.forget_prepared_calls()
+        self.calls = 0
+        launch, prepare = getattr(module, name), getattr(module, f"prepare_{name}", None)
+
+        def counted(*args, **kwargs):
+            self.calls += 1
+            return launch(*args, **kwargs)
+        monkeypatch.setattr(module, name, counted)
+        if prepare is None:
+            return
+
+        def counted_prepare(*args, **kwargs):
+            kernel = prepare(*args, **kwargs)
+            return None if kernel is None else _CountedKernel(kernel, name, self)
+        monkeypatch.setattr(module, f"prepare_{name}", counted_prepare)
+
+
+class _CountedKernel:
+    """A prepared kernel whose runs of ``name`` a KernelRuns counts."""
+
+    def __init__(self, kernel, name, runs):
+        self.kernel, self.name, self.runs = kernel, name, runs
+
+    def __getattr__(self, name):
+        run = getattr(self.kernel, name)
+        if name != self.name:
+            return run
+
+        def counted(*addresses):
+            self.runs.calls += 1
+            return run(*addresses)
+        return counted

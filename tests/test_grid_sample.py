@@ -260,6 +260,38 @@ def test_bitwise_identical_for_any_thread_count(mode, padding_mode, align_corner
             assert_bitwise_equal(name, a, b)
 
 
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16])
+def test_repeated_calls_run_on_their_own_arrays(layout, dtype):
+    # Calls after the first of the same arrays' shapes, strides and dtypes run its prepared
+    # kernel (bfloat16: the general path): each on its own arrays (strided views too), with
+    # PyTorch's bits, on any thread count; a wrong argument of a prepared call still raises.
+    volsample.grid_sample._PREPARED_FORWARDS.clear()
+    rng = np.random.default_rng(5)
+    threads = volsample.get_num_threads()
+    try:
+        for k in range(4):
+            volsample.set_num_threads(1 + k % 2)
+            x = rng.standard_normal((2, 3, 5, 6, 7 + 1)).astype(dtype)[..., ::2][..., :4]
+            grid = rng.uniform(-1.1, 1.1, (2, 4, 3, 5, 3)).astype(dtype)
+            stored = x.transpose(0, 2, 3, 4, 1) if layout == "NDHWC" else x
+            got = volsample.grid_sample_3d(stored, grid, "bilinear", "reflection", True,
+                                           layout=layout)
+            expected = torch_grid_sample(x.astype(np.float32) if dtype == ml_dtypes.bfloat16
+                                         else x, grid.astype(np.float32) if
+                                         dtype == ml_dtypes.bfloat16 else grid,
+                                         "bilinear", "reflection", True)
+            if layout == "NDHWC":
+                got = got.transpose(0, 4, 1, 2, 3)
+            if dtype == ml_dtypes.bfloat16:  # computed in float32, rounded once
+                expected = expected.astype(dtype)
+            assert_bitwise_equal(f"call {k}", got, expected)
+        with pytest.raises(volsample.InvalidArgumentError, match="align_corners"):
+            volsample.grid_sample_3d(stored, grid, "bilinear", "reflection", 1, layout=layout)
+    finally:
+        volsample.set_num_threads(threads)
+
+
 @pytest.mark.parametrize("isa", _cpu.supported_isas())
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("padding_mode", PADDINGS)

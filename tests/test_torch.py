@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
-from helpers import assert_close  # noqa: E402
+from helpers import assert_close, assert_same_bits, numpy_array  # noqa: E402
 
 import volsample  # noqa: E402
 import volsample.torch as vt  # noqa: E402
@@ -177,13 +177,15 @@ def test_grid_sample_gradcheck(mode, padding_mode, align_corners):
 @pytest.mark.parametrize("input_grad,grid_grad", [(True, False), (False, True), (True, True)])
 def test_only_the_gradients_asked_for_are_computed(monkeypatch, input_grad, grid_grad):
     masks = []
-    real = cpu_grid_sample.backward
+    _common.forget_prepared_calls()  # prepared afresh, so that the spies see them
+    for name in ("prepare_backward", "backward"):  # the kernel runs what either was asked
+        real = getattr(cpu_grid_sample, name)
 
-    def spy(call, *args, **kwargs):
-        masks.append(call.output_mask)
-        return real(call, *args, **kwargs)
+        def spy(call, *args, real=real, **kwargs):
+            masks.append(call.output_mask)
+            return real(call, *args, **kwargs)
 
-    monkeypatch.setattr(cpu_grid_sample, "backward", spy)
+        monkeypatch.setattr(cpu_grid_sample, name, spy)
     x = torch.randn(1, 2, 3, 4, 5, dtype=torch.float64, requires_grad=input_grad)
     grid = (torch.rand(1, 2, 3, 4, 3, dtype=torch.float64) * 2 - 1).requires_grad_(grid_grad)
     vt.grid_sample(x, grid).square().sum().backward()
@@ -360,16 +362,34 @@ def test_numpy_views_share_the_tensors_memory(dtype, fmt):
 
 
 class Spy:
-    """Wraps a C++ backend launcher; records the call description and the arrays it got
-    (operands, then the results it writes)."""
+    """Wraps a C++ backend launcher, or a function that prepares one (its name starts with
+    "prepare"); records each run's call description and the addresses of the memory the
+    kernel ran on (operands, then the results it writes): a launcher's arrays', or those a
+    prepared kernel was handed."""
 
     def __init__(self, monkeypatch, module, name):
         self.real, self.calls = getattr(module, name), []
         monkeypatch.setattr(module, name, self)
 
     def __call__(self, call, *arrays):
-        self.calls.append((call, arrays))
-        return self.real(call, *arrays)
+        if not self.real.__name__.startswith("prepare"):
+            self.calls.append((call, [a.ctypes.data for a in arrays]))
+            return self.real(call, *arrays)
+        kernel = self.real(call, *arrays)
+        return None if kernel is None else _RecordedKernel(kernel, call, self.calls)
+
+
+class _RecordedKernel:
+    """A prepared kernel whose runs a Spy records."""
+
+    def __init__(self, kernel, call, calls):
+        self.kernel, self.call, self.calls = kernel, call, calls
+
+    def __getattr__(self, name):
+        def run(*addresses):
+            self.calls.append((self.call, list(addresses)))
+            return getattr(self.kernel, name)(*addresses)
+        return run
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -379,25 +399,65 @@ def test_ops_pass_tensor_memory_both_ways(monkeypatch, dtype, fmt):
     grid = torch.rand(1, 3, 4, 5, 3).to(dtype) * 2 - 1
     go = in_format(torch.randn(1, 4, 3, 4, 5).to(dtype), fmt)
     go_up = in_format(torch.randn(1, 4, 10, 12, 14).to(dtype), fmt)
-    spies = [Spy(monkeypatch, cpu_grid_sample, "forward"),
-             Spy(monkeypatch, cpu_grid_sample, "backward"),
-             Spy(monkeypatch, cpu_upsample, "forward"),
-             Spy(monkeypatch, cpu_upsample, "backward")]
+    _common.forget_prepared_calls()  # prepared afresh, so that the spies see them
+    backward = Spy(monkeypatch, cpu_grid_sample, "backward")
+    spies = [Spy(monkeypatch, cpu_grid_sample, "prepare_forward"),
+             Spy(monkeypatch, cpu_grid_sample, "prepare_backward"),
+             Spy(monkeypatch, cpu_upsample, "prepare_forward"),
+             Spy(monkeypatch, cpu_upsample, "prepare_backward")]
     results = [vt.grid_sample(x, grid), *ops.grid_sampler_3d_backward(go, x, grid, 0, 0, False,
                                                                       [True, True]),
                vt.upsample_trilinear(x, scale_factor=2),
                ops.upsample_trilinear3d_backward(go_up, list(x.shape), False, None)]
+    spies[1].calls += backward.calls  # a 16-bit grad_input: not prepared, summed in float32
     received = [(spies[0], (x, grid)), (spies[1], (go, x, grid)), (spies[2], (x,)),
                 (spies[3], (go_up,))]
     for spy, tensors in received:
-        (call, arrays), = spy.calls
-        for arr, t in zip(arrays, tensors):
-            assert arr.ctypes.data == t.data_ptr(), f"{spy.real.__name__} got a copy"
+        (call, addresses), = spy.calls
+        for address, t in zip(addresses, tensors):
+            assert address == t.data_ptr(), f"{spy.real.__name__} got a copy"
         assert call.layout == ("NDHWC" if fmt == "channels_last" else "NCDHW")
     written = [spies[0].calls[0][1][2], *spies[1].calls[0][1][3:], spies[2].calls[0][1][1],
                spies[3].calls[0][1][1]]
-    for tensor, arr in zip(results, written):
-        assert tensor.data_ptr() == arr.ctypes.data, "result copied"
+    for tensor, address in zip(results, written):
+        assert tensor.data_ptr() == address, "result copied"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+def test_repeated_calls_run_on_their_own_tensors(dtype, fmt):
+    # The second and third calls of a shape run the kernels prepared by the first (grid
+    # sampling and upsampling, forward and backward): on their own tensors (another offset into a storage too), with the NumPy API's bits, on any
+    # thread count.
+    _common.forget_prepared_calls()
+    storage = torch.randn(3 * 2 * 4 * 5 * 6 * 7 + 3, dtype=torch.float64).to(dtype)
+    volumes = [in_format(storage[k * 2 * 4 * 5 * 6 * 7 + k:][:2 * 4 * 5 * 6 * 7]
+                         .reshape(2, 4, 5, 6, 7), fmt) for k in range(3)]
+    grids = [(torch.rand(2, 3, 4, 5, 3, dtype=torch.float64) * 2.2 - 1.1).to(dtype)
+             for _ in range(3)]
+    grad_outputs = [in_format(torch.randn(2, 4, 3, 4, 5, dtype=torch.float64).to(dtype), fmt)
+                    for _ in range(3)]
+    threads = volsample.get_num_threads()
+    try:
+        for k, (x, grid, go) in enumerate(zip(volumes, grids, grad_outputs)):
+            volsample.set_num_threads(1 + k % 2)
+            arrays = [numpy_array(t) for t in (x, grid, go)]
+            expected = (volsample.grid_sample_3d(*arrays[:2], "bilinear", "border"),
+                        *volsample.grid_sample_3d_backward(arrays[2], *arrays[:2], "bilinear",
+                                                           "border"))
+            expected += (volsample.upsample_trilinear_3d(arrays[0], scale_factor=1.5),
+                         volsample.upsample_trilinear_3d_backward(arrays[2], (2, 4, 6, 8, 10),
+                                                                  scales=(0.6, 0.5, 0.5)))
+            got = (vt.grid_sample(x, grid, "bilinear", "border"),
+                   *ops.grid_sampler_3d_backward(go, x, grid, 0, 1, False, [True, True]),
+                   vt.upsample_trilinear(x, scale_factor=1.5),
+                   ops.upsample_trilinear3d_backward(go, [2, 4, 6, 8, 10], False,
+                                                     [0.6, 0.5, 0.5]))
+            names = ("output", "grad_input", "grad_grid", "upsampled", "upsampling's gradient")
+            for name, ours, theirs in zip(names, got, expected):
+                assert_same_bits(f"call {k}: {name}", numpy_array(ours), theirs)
+    finally:
+        volsample.set_num_threads(threads)
 
 
 # ---------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 from test_torch import kink_free_grid  # noqa: E402
+from helpers import KernelRuns  # noqa: E402
 
 import volsample.torch as vt  # noqa: E402
 from volsample import _reference as reference  # noqa: E402
@@ -45,19 +46,6 @@ def _item(t, dim, i):
 def _loop(fn, in_dims, args):
     return torch.stack([fn(*(_item(a, d, i) for a, d in zip(args, in_dims)))
                         for i in range(B)])
-
-
-class _Counter:
-    """Counts calls of a kernel launcher (a module's ``forward``/``backward``)."""
-
-    def __init__(self, monkeypatch, module, name):
-        self.calls = 0
-        original = getattr(module, name)
-
-        def counted(*args, **kwargs):
-            self.calls += 1
-            return original(*args, **kwargs)
-        monkeypatch.setattr(module, name, counted)
 
 
 def _no_performance_drop(fn, *args):
@@ -86,7 +74,7 @@ def test_vmap_grid_sample_is_one_kernel_call_and_the_loop(monkeypatch, in_dims, 
     def fn(a, b):
         return vt.grid_sample(a, b, mode, padding_mode, align_corners=False)
     expected = _loop(fn, in_dims, (x, grid))
-    counter = _Counter(monkeypatch, _grid_sample._cpu, "forward")
+    counter = KernelRuns(monkeypatch, _grid_sample._cpu, "forward")
     got = _no_performance_drop(torch.func.vmap(fn, in_dims=in_dims), x, grid)
     assert counter.calls == 1
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-14)
@@ -112,7 +100,7 @@ def test_vmap_grid_sample_backward_is_one_kernel_call_and_the_loop(monkeypatch, 
                                                             [True, True])
     expected = [torch.stack(t) for t in zip(*(fn(*(_item(a, d, i) for a, d in zip(args, in_dims)))
                                               for i in range(B)))]
-    counter = _Counter(monkeypatch, _grid_sample._cpu, "backward")
+    counter = KernelRuns(monkeypatch, _grid_sample._cpu, "backward")
     with torch.autograd.graph.disable_saved_tensors_hooks("no autograd here"), torch.no_grad():
         got = _no_performance_drop(torch.func.vmap(fn, in_dims=in_dims), *args)
     assert counter.calls == 1
@@ -181,12 +169,12 @@ def test_vmap_upsample_forward_and_backward(monkeypatch):
 
     def fn(a):
         return vt.upsample_trilinear(a, scale_factor=2, align_corners=False)
-    counter = _Counter(monkeypatch, _upsample._cpu, "forward")
+    counter = KernelRuns(monkeypatch, _upsample._cpu, "forward")
     got = _no_performance_drop(torch.func.vmap(fn), x)
     assert counter.calls == 1
     torch.testing.assert_close(got, _loop(fn, (0,), (x,)), rtol=0, atol=1e-14)
     go = torch.randn_like(got)
-    backward = _Counter(monkeypatch, _upsample._cpu, "backward")
+    backward = KernelRuns(monkeypatch, _upsample._cpu, "backward")
     _, vjp = torch.func.vjp(torch.func.vmap(fn), x)
     (grad,) = _no_performance_drop(vjp, go)
     assert backward.calls == 1
@@ -204,7 +192,7 @@ def test_vmap_warp_forward_and_jacobians(monkeypatch):
 
     def fn(a, t):
         return vt.warp(a, t, u)
-    counter = _Counter(monkeypatch, _warp._cpu, "forward")
+    counter = KernelRuns(monkeypatch, _warp._cpu, "forward")
     got = _no_performance_drop(torch.func.vmap(fn, in_dims=(None, 0)), x[0], theta)
     assert counter.calls == 1
     torch.testing.assert_close(got, _loop(fn, (None, 0), (x[0], theta)), rtol=0, atol=1e-14)

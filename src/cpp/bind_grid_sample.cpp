@@ -1,11 +1,42 @@
 // Python bindings of the grid-sampling kernels.
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
 #include "bindings.h"
 
 namespace nb = nanobind;
 
 namespace vs {
+namespace {
+
+size_t itemsize(DType t) {
+  switch (t) {
+    case DType::float64: return 8;
+    case DType::float32: case DType::int32: return 4;
+    case DType::uint8: return 1;
+    default: return 2;
+  }
+}
+
+// Zero an operand whose elements fill their span without gaps (a result the caller
+// allocated, in any axis order), with one memset.
+void zero_dense(const Strided& s) {
+  if (s.empty()) return;
+  int64_t count = 1, span = 1;
+  for (int k = 0; k < s.ndim; ++k) {
+    if (s.shape[k] == 0) return;
+    if (s.stride[k] < 0) throw std::invalid_argument("volsample._cpu: a negative stride");
+    count *= s.shape[k];
+    span += (s.shape[k] - 1) * s.stride[k];
+  }
+  if (span != count) throw std::invalid_argument("volsample._cpu: a gradient with gaps");
+  std::memset(s.data, 0, size_t(count) * itemsize(s.dtype));
+}
+
+}  // namespace
 
 void bind_grid_sample(nb::module_& m) {
   m.def(
@@ -63,6 +94,77 @@ void bind_grid_sample(nb::module_& m) {
       nb::arg("input"), nb::arg("grid"), nb::arg("want_grid"), nb::arg("mode"), nb::arg("padding"),
       nb::arg("align_corners"), nb::arg("threads"),
       "Bounds [0, ..., N*D] of the slabs of input planes the input gradient is split into.");
+
+  // A call's operands without their memory (shapes, strides, dtypes), its modes and
+  // threads, taken once from arrays; each run is handed only the operands' addresses. A
+  // front door that meets the same call again launches it with no arrays made per call.
+  nb::class_<GridSampleArgs>(m, "PreparedGridSample")
+      .def(
+          "__init__",
+          [](GridSampleArgs* a, nb::handle input, nb::handle grid, nb::handle output,
+             nb::handle grad_output, nb::handle grad_input, nb::handle grad_grid, int mode,
+             int padding, bool align_corners, int threads) {
+            new (a) GridSampleArgs();
+            a->input = strided(input);
+            a->grid = strided(grid);
+            a->output = strided(output);
+            a->grad_output = strided(grad_output);
+            a->grad_input = strided(grad_input);
+            a->grad_grid = strided(grad_grid);
+            a->mode = mode;
+            a->padding = padding;
+            a->align_corners = align_corners;
+            a->threads = threads;
+          },
+          nb::arg("input"), nb::arg("grid"), nb::arg("output").none(),
+          nb::arg("grad_output").none(), nb::arg("grad_input").none(),
+          nb::arg("grad_grid").none(), nb::arg("mode"), nb::arg("padding"),
+          nb::arg("align_corners"), nb::arg("threads"))
+      .def(
+          "forward",
+          [](const GridSampleArgs& prepared, uintptr_t input, uintptr_t grid, uintptr_t output) {
+            GridSampleArgs a = prepared;
+            place(a.input, input);
+            place(a.grid, grid);
+            place(a.output, output);
+            nb::gil_scoped_release release;
+            active_kernels().grid_sample_forward(a);
+          },
+          nb::arg("input"), nb::arg("grid"), nb::arg("output"),
+          "The forward on operands at these addresses (the prepared shapes and strides).")
+      .def(
+          "forward_on",
+          [](const GridSampleArgs& prepared, nb::handle input, nb::handle grid,
+             nb::handle output) {
+            GridSampleArgs a = prepared;
+            a.input.data = strided(input).data;
+            a.grid.data = strided(grid).data;
+            a.output.data = strided(output).data;
+            nb::gil_scoped_release release;
+            active_kernels().grid_sample_forward(a);
+          },
+          nb::arg("input"), nb::arg("grid"), nb::arg("output"),
+          "The forward on the memory of these arrays, of the prepared shapes, strides and "
+          "dtypes in any axis order (only their addresses are read).")
+      .def(
+          "backward",
+          [](const GridSampleArgs& prepared, uintptr_t grad_output, uintptr_t input,
+             uintptr_t grid, uintptr_t grad_input, uintptr_t grad_grid) {
+            GridSampleArgs a = prepared;
+            place(a.grad_output, grad_output);
+            place(a.input, input);
+            place(a.grid, grid);
+            place(a.grad_input, grad_input);
+            place(a.grad_grid, grad_grid);
+            nb::gil_scoped_release release;
+            zero_dense(a.grad_input);  // the kernel adds into grad_input and writes the
+            zero_dense(a.grad_grid);   // grid gradient of the points that touch the volume
+            active_kernels().grid_sample_backward(a);
+          },
+          nb::arg("grad_output"), nb::arg("input"), nb::arg("grid"), nb::arg("grad_input"),
+          nb::arg("grad_grid"),
+          "The backward into the gradients at these addresses (0: one not prepared), which "
+          "it zeroes first: results allocated whole, with no gaps between elements.");
 }
 
 }  // namespace vs

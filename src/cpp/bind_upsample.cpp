@@ -76,6 +76,38 @@ void bind_upsample(nb::module_& m) {
       },
       nb::arg("src"), nb::arg("dst"), nb::arg("channels_last"), nb::arg("align_corners"),
       nb::arg("scales"), nb::arg("threads"));
+  // A call's source and destination without their memory (as PreparedGridSample): each
+  // run is handed only the addresses.
+  nb::class_<UpsampleArgs>(m, "PreparedUpsample")
+      .def(
+          "__init__",
+          [](UpsampleArgs* a, nb::handle src, nb::handle dst, bool channels_last,
+             bool align_corners, Scales scales, int threads) {
+            new (a) UpsampleArgs(upsample_args(src, dst, channels_last, align_corners, scales,
+                                               threads));
+          },
+          nb::arg("src"), nb::arg("dst"), nb::arg("channels_last"), nb::arg("align_corners"),
+          nb::arg("scales"), nb::arg("threads"))
+      .def(
+          "forward",
+          [](const UpsampleArgs& prepared, uintptr_t src, uintptr_t dst) {
+            UpsampleArgs a = prepared;
+            place(a.src, src);
+            place(a.dst, dst);
+            nb::gil_scoped_release release;
+            active_kernels().upsample_forward(a);
+          },
+          nb::arg("src"), nb::arg("dst"), "The forward map from src into dst, at these addresses.")
+      .def(
+          "backward",
+          [](const UpsampleArgs& prepared, uintptr_t src, uintptr_t dst) {
+            UpsampleArgs a = prepared;
+            place(a.src, src);
+            place(a.dst, dst);
+            nb::gil_scoped_release release;
+            active_kernels().upsample_backward(a);
+          },
+          nb::arg("src"), nb::arg("dst"), "The adjoint map from src into dst, at these addresses.");
   m.def(
       "upsample_workspace_nbytes",
       [](Shape src_shape, Shape dst_shape, bool double_precision, bool channels_last,

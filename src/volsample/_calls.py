@@ -50,7 +50,7 @@ def memoised(key):
             except (TypeError, RuntimeError):  # no key
                 return build(*args, **kwargs)
             call = build(*args, **kwargs)
-            if len(cache) >= _DESCRIPTIONS_KEPT:
+            if len(cache) >= DESCRIPTIONS_KEPT:
                 cache.clear()
             cache[k] = call
             return call
@@ -66,7 +66,7 @@ def _never() -> bool:
 # guard on the caches' contents. volsample.torch sets torch.compiler.is_compiling.
 tracing: Callable[[], bool] = _never
 
-_DESCRIPTIONS_KEPT = 512  # per builder: the shapes of a training loop's calls, and then some
+DESCRIPTIONS_KEPT = 512  # per builder: the shapes of a training loop's calls, and then some
 
 
 def _typed_key(*args, **kwargs):

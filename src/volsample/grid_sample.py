@@ -7,11 +7,12 @@ description (``_calls``), which the C++ backend runs. Semantics: docs/semantics.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _calls, _checks, _layout
+from . import _calls, _checks, _config, _layout
 from ._cpu import grid_sample as _backend
 from ._tables import MODES, PADDINGS
 
@@ -62,13 +63,48 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     >>> volsample.grid_sample_3d(volume, centre, align_corners=True).ravel()
     array([3.5], dtype=float32)
     """
+    key = None
+    if type(input) is np.ndarray and type(grid) is np.ndarray:  # a call met before?
+        key = (input.shape, input.strides, input.dtype, grid.shape, grid.strides, grid.dtype,
+               mode, padding_mode, type(align_corners), align_corners, layout,
+               _config.get_num_threads())
+        prepared = _PREPARED_FORWARDS.get(key)
+        if prepared is not None:
+            out = _layout.aligned_empty(prepared.out_shape, prepared.out_dtype, name="output")
+            prepared.kernel.forward_on(input, grid, out)
+            return out
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
     input, grid = _checks.ndarray("input", input), _checks.ndarray("grid", grid)
     call = _calls.grid_sample(_calls.operand("input", input), _calls.operand("grid", grid), mode,
                               padding_mode, align_corners, layout, labels=True, cubic=True)
     out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
-    _backend.forward(call, _layout.logical(input, call.layout), grid, out)
-    return _layout.physical(out, call.layout)
+    arrays = _layout.logical(input, call.layout), grid, out
+    _backend.forward(call, *arrays)
+    out = _layout.physical(out, call.layout)
+    if key is not None and _backend.preparable(*arrays):
+        kernel = _backend.prepare_forward(call, *arrays)
+        if kernel is not None:
+            _remember(key, _PreparedForward(kernel, out.shape, out.dtype))
+    return out
+
+
+class _PreparedForward(NamedTuple):
+    """A call's prepared kernel (``_cpu.grid_sample.prepare_forward``) and its result."""
+    kernel: Any
+    out_shape: tuple
+    out_dtype: np.dtype
+
+
+# Per arrays' shapes, strides and dtypes, arguments and thread count: a call that passed
+# its checks before runs its prepared kernel on the new arrays' memory, with no check,
+# description or view made again (an 8^3 call's door cost more than its kernel).
+_PREPARED_FORWARDS: dict = {}
+
+
+def _remember(key, prepared: _PreparedForward) -> None:
+    if len(_PREPARED_FORWARDS) >= _calls.DESCRIPTIONS_KEPT:
+        _PREPARED_FORWARDS.clear()
+    _PREPARED_FORWARDS[key] = prepared
 
 
 def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np.ndarray,

@@ -37,6 +37,21 @@ def _resample(kernel, call, src, dst, threads):
            _scales(call.scales), _threads(src.shape, dst.shape, threads))
 
 
+def prepare(call, src, dst, threads=None):
+    """A ``_kernels.PreparedUpsample`` of the call from arrays of ``src``'s and ``dst``'s
+    shapes, strides and dtypes: ``.forward(src_address, dst_address)`` runs ``forward``'s
+    map, ``.backward(...)`` ``backward``'s; None for a call that copies or has nothing to
+    compute."""
+    if dst.size == 0 or call.identity:
+        return None
+    return _kernels.PreparedUpsample(operand(src), operand(dst), call.layout == "NDHWC",
+                                     call.align_corners, _scales(call.scales),
+                                     _threads(src.shape, dst.shape, threads))
+
+
+prepare_forward = prepare_backward = prepare  # the forward's (input, out), the backward's
+
+
 def forward(call, input, out, threads=None) -> None:
     """``input`` resampled into ``out`` (the call's output shape)."""
     _resample(_kernels.upsample_forward, call, input, out, threads)

@@ -9,7 +9,7 @@ through such views. The torch layer adds no copy in either direction.
 """
 from __future__ import annotations
 
-import contextlib
+import atexit
 import ctypes
 import functools
 import importlib
@@ -296,16 +296,20 @@ def _torch_error(op: str, error: _checks.VolsampleError) -> _checks.VolsampleErr
     return cls(message, argument=error.argument, kind=error.kind, value=error.value)
 
 
-@contextlib.contextmanager
-def torch_errors(op: str):
-    """Re-raise the shared checks' errors as the torch layer's classes, in PyTorch's words
-    for the operator ``op`` (GRID_SAMPLER or UPSAMPLE) followed by volsample's message."""
-    try:
-        yield
-    except _TORCH_CLASSES:
-        raise
-    except _checks.VolsampleError as error:
-        raise _torch_error(op, error).with_traceback(error.__traceback__) from None
+class torch_errors:
+    """Context: re-raise the shared checks' errors as the torch layer's classes, in
+    PyTorch's words for the operator ``op`` (GRID_SAMPLER or UPSAMPLE) followed by
+    volsample's message. (A class, not a generator: entered on every call of a door.)"""
+
+    def __init__(self, op: str):
+        self.op = op
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> None:
+        if isinstance(error, _checks.VolsampleError) and not isinstance(error, _TORCH_CLASSES):
+            raise _torch_error(self.op, error).with_traceback(traceback) from None
 
 
 def raises_torch_errors(op: str):
@@ -339,6 +343,62 @@ def _call_key(*args):
 # tensors describe afresh.
 cached_description = _calls.memoised(_call_key)
 _calls.tracing = torch.compiler.is_compiling
+
+
+# Calls the C++ kernels ran before, prepared: each op's CPU kernel keeps, per key of a
+# call's tensors (``tensor_key``), its other arguments and the thread count, the
+# ``_kernels.PreparedGridSample`` (or the like) of its first run and its results' shapes
+# and strides. A repeated call then allocates its results and hands the kernel the
+# tensors' addresses (``const_data_ptr``: copy-on-write inputs stay lazy), with no
+# description, NumPy view or check made again: a call with the same key passes the same
+# checks.
+
+
+def tensor_key(t: torch.Tensor):
+    """What a prepared CPU call depends on of a tensor: its shape, strides and dtype (the
+    op's CPU kernel sees CPU tensors only)."""
+    return t.shape, t.stride(), t.dtype
+
+
+def prepared_calls() -> dict:
+    """A new cache of prepared calls (``remember``), which ``forget_prepared_calls``
+    empties."""
+    cache: dict = {}
+    _PREPARED_CALLS.append(cache)
+    return cache
+
+
+_PREPARED_CALLS: list[dict] = []
+
+
+def forget_prepared_calls() -> None:
+    """Prepare every call afresh (tests: a spy on the preparing functions sees them)."""
+    for cache in _PREPARED_CALLS:
+        cache.clear()
+
+
+# The prepared kernels go before the extension module does at exit (else nanobind reports
+# them as leaked instances).
+atexit.register(forget_prepared_calls)
+
+
+def remember(prepared: dict, key, value):
+    """``prepared[key] = value``, the oldest calls forgotten beyond a training loop's
+    worth of shapes; returns ``value``."""
+    if len(prepared) >= _calls.DESCRIPTIONS_KEPT:
+        prepared.clear()
+    prepared[key] = value
+    return value
+
+
+def empty_strided(layout, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised CPU result of ``layout`` (its shape and strides; ``huge_pages``)."""
+    return huge_pages(torch.empty_strided(*layout, dtype=dtype))
+
+
+def strided_layout(t: torch.Tensor):
+    """The (shape, strides) of ``t``, as ``empty_strided`` takes them."""
+    return tuple(t.shape), t.stride()
 
 
 # ---------------------------------------------------------------------------------------
@@ -470,9 +530,34 @@ def _direct(args) -> bool:
             or torch.autograd.profiler._is_profiler_enabled
             or torch._C._get_tracing_state() is not None):
         return False
-    return all(type(a) is torch.Tensor and a.is_cpu and a.layout is torch.strided
-               and not a.is_neg() and not a._is_zerotensor()
-               for a in args if isinstance(a, torch.Tensor))
+    for a in args:  # a loop, not all(...): a generator costs more than these tests
+        if isinstance(a, torch.Tensor) and (
+                type(a) is not torch.Tensor or not a.is_cpu or a.layout is not torch.strided
+                or a.is_neg() or a._is_zerotensor() or _is_functorch_wrapped(a)):
+            return False
+    return True
+
+
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+
+
+def eager(*tensors: torch.Tensor) -> bool:
+    """Whether a door's call on ``tensors`` may go straight to the op's CPU kernel, or to
+    its Function's C++ apply whose forward runs that kernel: nothing compiles or traces
+    it, no forward-AD level, and ``_direct``."""
+    return (not torch.compiler.is_compiling() and _forward_ad._current_level < 0
+            and _direct(tensors))
+
+
+def cpu_kernel(op):
+    """The Python function that is ``op``'s CPU kernel."""
+    return _CPU_KERNELS[op]
+
+
+def c_apply(function):
+    """``function``'s C++ ``apply``, which binds no signature (see ``Function``): for
+    plain tensors with every argument given."""
+    return super(torch.autograd.Function, function).apply
 
 
 def register_kernel(op, device: str):
@@ -591,11 +676,19 @@ def call(function, op, *args):
     transform), which costs a Function's context less."""
     if torch.compiler.is_compiling():
         return op(*args)
-    if (_forward_ad._current_level < 0 and not torch._C._are_functorch_transforms_active()
-            and not (torch.is_grad_enabled() and any(
-                isinstance(a, torch.Tensor) and a.requires_grad for a in args))):
-        return below_autograd(op, *args)
-    return function.apply(*args)
+    if _forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active():
+        return function.apply(*args)
+    if torch.is_grad_enabled():
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.requires_grad:
+                return function.apply(*args)
+    return below_autograd(op, *args)
+
+
+def forward_ad_active() -> bool:
+    """Whether a Function's ``jvp`` may be asked for (a forward-AD level, or a torch.func
+    transform): its ``setup_context`` saves for forward mode only then."""
+    return _forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active()
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ shapes, dtypes and memory formats. Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 
 from .. import _calls, _checks, _config
@@ -64,14 +66,37 @@ def _returned(gradients, input, grid):
             _unasked(grid) if grad_grid is None else grad_grid)
 
 
+class _PreparedForward(NamedTuple):
+    kernel: Any  # _kernels.PreparedGridSample; None: nothing to compute
+    out: tuple   # the result's (shape, strides)
+
+
 @_common.custom_op("grid_sampler_3d", _FORWARD_SCHEMA)
 def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
     """``aten::grid_sampler_3d`` semantics: ``input`` (N, C, D, H, W) sampled at ``grid``
     (N, Do, Ho, Wo, 3), giving (N, C, Do, Ho, Wo) in the input's dtype and memory format."""
-    call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
-    out = _common.empty_volume(call.output_shape, input)
-    _cpu.forward(call, *map(_common.read_only_array, (input, grid)), _common.writable_array(out))
+    modes = interpolation_mode, padding_mode, align_corners
+    key = (_common.tensor_key(input), _common.tensor_key(grid), *modes,
+           _config.get_num_threads())
+    prepared = _PREPARED_FORWARDS.get(key) or _prepare_forward(key, input, grid, *modes)
+    out = _common.empty_strided(prepared.out, input.dtype)
+    if prepared.kernel is not None:
+        prepared.kernel.forward(input.const_data_ptr(), grid.const_data_ptr(), out.data_ptr())
     return out
+
+
+_PREPARED_FORWARDS = _common.prepared_calls()  # _common.tensor_key's, modes, threads -> _PreparedForward
+
+
+def _prepare_forward(key, input, grid, *modes) -> _PreparedForward:
+    """The first CPU call of ``key``: checked, described and prepared on views of its
+    tensors and of a stand-in result with the result's strides (never touched)."""
+    call = _describe(input, grid, *modes)
+    out = _common.empty_volume(call.output_shape, input)
+    kernel = _cpu.prepare_forward(call, _common.read_only_array(input),
+                                  _common.read_only_array(grid), _common.writable_array(out))
+    return _common.remember(_PREPARED_FORWARDS, key,
+                            _PreparedForward(kernel, _common.strided_layout(out)))
 
 
 @_common.register_kernel(grid_sampler_3d, "cuda")
@@ -86,18 +111,54 @@ def _grid_sampler_3d_fake(input, grid, interpolation_mode, padding_mode, align_c
     return _common.empty_volume(call.output_shape, input)
 
 
+class _PreparedBackward(NamedTuple):
+    kernel: Any  # _kernels.PreparedGridSample; None: the general path (a 16-bit grad_input,
+    #              or nothing for the kernel to do)
+    grad_input: tuple | None  # the gradients' (shape, strides), None where not asked for
+    grad_grid: tuple | None
+
+
 @_common.custom_op("grid_sampler_3d_backward", _BACKWARD_SCHEMA)
 def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                              align_corners, output_mask):
     """Gradients (grad_input, grad_grid) of ``grid_sampler_3d``; grad_input has the input's
     memory format, grad_grid is contiguous. ``output_mask`` selects them: one not asked
     for is not computed and comes back as an empty tensor (an op cannot return None)."""
-    call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
-                              align_corners, output_mask)
+    modes = interpolation_mode, padding_mode, align_corners
+    key = (_common.tensor_key(grad_output), _common.tensor_key(input), _common.tensor_key(grid),
+           *modes, *output_mask, _config.get_num_threads())
+    prepared = (_PREPARED_BACKWARDS.get(key)
+                or _prepare_backward(key, grad_output, input, grid, *modes, output_mask))
+    if prepared.kernel is None:
+        call = _describe_backward(grad_output, input, grid, *modes, output_mask)
+        gradients = _gradients(call, input, grid)
+        _cpu.backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
+                      *map(_common.writable_array, gradients))
+        return _returned(gradients, input, grid)
+    grad_input = None if prepared.grad_input is None else _common.empty_strided(
+        prepared.grad_input, input.dtype)
+    grad_grid = None if prepared.grad_grid is None else _common.empty_strided(
+        prepared.grad_grid, grid.dtype)
+    prepared.kernel.backward(grad_output.const_data_ptr(), input.const_data_ptr(),
+                             grid.const_data_ptr(), _address(grad_input), _address(grad_grid))
+    return _returned((grad_input, grad_grid), input, grid)
+
+
+_PREPARED_BACKWARDS = _common.prepared_calls()  # _common.tensor_key's, modes, mask, threads -> _PreparedBackward
+
+
+def _prepare_backward(key, grad_output, input, grid, *modes_and_mask) -> _PreparedBackward:
+    """The first CPU call of ``key``, as ``_prepare_forward``."""
+    call = _describe_backward(grad_output, input, grid, *modes_and_mask)
     gradients = _gradients(call, input, grid)
-    _cpu.backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
-                  *map(_common.writable_array, gradients))
-    return _returned(gradients, input, grid)
+    kernel = _cpu.prepare_backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
+                                   *map(_common.writable_array, gradients))
+    layouts = (None if t is None else _common.strided_layout(t) for t in gradients)
+    return _common.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *layouts))
+
+
+def _address(t: torch.Tensor | None) -> int:
+    return 0 if t is None else t.data_ptr()
 
 
 @_common.register_kernel(grid_sampler_3d_backward, "cuda")
@@ -271,6 +332,8 @@ def _forward(input, grid, *modes):
 
 
 def _backward_op(grad_output, input, grid, *modes_and_mask):
+    if not torch.is_grad_enabled() and _common.eager(grad_output, input, grid):
+        return _cpu_backward(grad_output, input, grid, *modes_and_mask)  # a plain backward
     return _common.call(_GridSampler3dBackward, grid_sampler_3d_backward, grad_output, input,
                         grid, *modes_and_mask)
 
@@ -295,7 +358,8 @@ class _GridSampler3d(_common.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:2])
-        ctx.save_for_forward(*inputs[:2])
+        if _common.forward_ad_active():
+            ctx.save_for_forward(*inputs[:2])
         ctx.modes = inputs[2:]  # interpolation_mode, padding_mode, align_corners
 
     @staticmethod
@@ -332,7 +396,8 @@ class _GridSampler3dBackward(_common.Function):
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:3])
-        ctx.save_for_forward(*inputs[:3])
+        if _common.forward_ad_active():
+            ctx.save_for_forward(*inputs[:3])
         ctx.modes = inputs[3:6]
         ctx.output_mask = list(inputs[6])
         ctx.mark_non_differentiable(*(t for t, m in zip(output, ctx.output_mask) if not m))
@@ -475,4 +540,24 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
         _common.tensor("grid", grid)
         modes = (MODES.code(mode), PADDINGS.code(padding_mode),
                  _common.align_corners(align_corners))
+    if _common.eager(input, grid):  # the shortest way: what _forward would pick, unchecked
+        if torch.is_grad_enabled() and (input.requires_grad or grid.requires_grad):
+            return _eager_apply(input, grid, *modes)
+        return _cpu_forward(input, grid, *modes)
     return _forward(input, grid, *modes)
+
+
+_cpu_forward = _common.cpu_kernel(grid_sampler_3d)
+_cpu_backward = _common.cpu_kernel(grid_sampler_3d_backward)
+
+
+class _EagerGridSampler3d(_GridSampler3d):
+    """_GridSampler3d for ``grid_sample``'s eager calls on plain CPU tensors: its forward
+    runs the CPU kernel without asking again."""
+
+    @staticmethod
+    def forward(input, grid, interpolation_mode, padding_mode, align_corners):
+        return _cpu_forward(input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+_eager_apply = _common.c_apply(_EagerGridSampler3d)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from typing import Any, NamedTuple
+
 import torch
 
 from .. import _calls, _config
@@ -50,15 +52,47 @@ def _describe_backward(grad_output, input_size, align_corners, scales) -> _calls
                                     dialect=_common.TORCH)
 
 
+class _Prepared(NamedTuple):
+    kernel: Any  # _kernels.PreparedUpsample; None: the general path (a copy, or nothing)
+    result: tuple  # the result's (shape, strides)
+
+
 @_common.custom_op("upsample_trilinear3d", _FORWARD_SCHEMA)
 def upsample_trilinear3d(input, output_size, align_corners, scales=None):
     """Resize ``input`` (N, C, Di, Hi, Wi) to spatial ``output_size`` (Do, Ho, Wo) by
     trilinear interpolation; ``scales`` (D, H, W), if given, are the factors that made
     ``output_size`` and map the coordinates. Returns the input's dtype and memory format."""
-    call = _describe(input, output_size, align_corners, scales)
-    out = _common.empty_volume(call.output_shape, input)
-    _cpu.forward(call, _common.read_only_array(input), _common.writable_array(out))
-    return out
+    return _resample(False, input, output_size, align_corners, scales)
+
+
+def _resample(backward: bool, src, size, align_corners, scales):
+    """The CPU kernel of the forward (``src`` the input, ``size`` the output's) or of the
+    backward (``src`` grad_output, ``size`` the input's), prepared once per key (see
+    ``_common.remember``)."""
+    prepared_calls = _PREPARED_BACKWARDS if backward else _PREPARED_FORWARDS
+    key = (_common.tensor_key(src), *size, align_corners,
+           None if scales is None else tuple(scales), _config.get_num_threads())
+    prepared = prepared_calls.get(key)
+    if prepared is None or prepared.kernel is None:
+        call = (_describe_backward if backward else _describe)(src, size, align_corners, scales)
+        dst = _common.empty_volume(call.input_shape if backward else call.output_shape, src)
+        arrays = _common.read_only_array(src), _common.writable_array(dst)
+        if prepared is None:
+            prepared = _common.remember(prepared_calls, key, _Prepared(
+                (_cpu.prepare_backward if backward else _cpu.prepare_forward)(call, *arrays),
+                _common.strided_layout(dst)))
+        if prepared.kernel is None:
+            (_cpu.backward if backward else _cpu.forward)(call, *arrays)
+            return dst
+    else:
+        dst = _common.empty_strided(prepared.result, src.dtype)
+    run = prepared.kernel.backward if backward else prepared.kernel.forward
+    run(src.const_data_ptr(), dst.data_ptr())
+    return dst
+
+
+_PREPARED_FORWARDS = _common.prepared_calls()  # tensor_key, sizes, scales, threads -> _Prepared
+_PREPARED_BACKWARDS = _common.prepared_calls()
 
 
 @_common.register_kernel(upsample_trilinear3d, "cuda")
@@ -80,10 +114,7 @@ def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales
     """Gradient of ``upsample_trilinear3d`` for its input, of logical shape ``input_size``
     (N, C, Di, Hi, Wi), in grad_output's dtype and memory format. ``scales`` are the
     forward's; one <= 0 means that axis maps by its sizes."""
-    call = _describe_backward(grad_output, input_size, align_corners, scales)
-    grad_input = _common.empty_volume(call.input_shape, grad_output)
-    _cpu.backward(call, _common.read_only_array(grad_output), _common.writable_array(grad_input))
-    return grad_input
+    return _resample(True, grad_output, input_size, align_corners, scales)
 
 
 @_common.register_kernel(upsample_trilinear3d_backward, "cuda")
@@ -126,6 +157,8 @@ def _forward(input, output_size, align_corners, scales):
 
 
 def _backward(grad_output, input_size, align_corners, scales):
+    if not torch.is_grad_enabled() and _common.eager(grad_output):  # a plain backward
+        return _resample(True, grad_output, input_size, align_corners, scales)
     return _common.call(_UpsampleTrilinear3dBackward, upsample_trilinear3d_backward,
                         grad_output, input_size, align_corners, scales)
 
@@ -226,5 +259,22 @@ def upsample_trilinear(input: torch.Tensor, size: int | Sequence[int] | None = N
                                None if size is None else _common.sizes(size), scale_factor,
                                _common.align_corners(align_corners), _common.layout(input),
                                shape_order="NCDHW", dialect=_common.TORCH)
-    return _forward(input, list(call.output_shape[2:]), call.align_corners,
-                    None if call.scales[0] is None else list(call.scales))
+    args = (list(call.output_shape[2:]), call.align_corners,
+            None if call.scales[0] is None else list(call.scales))
+    if _common.eager(input):  # the shortest way: what _forward would pick, unchecked
+        if torch.is_grad_enabled() and input.requires_grad:
+            return _eager_apply(input, *args)
+        return _resample(False, input, *args)
+    return _forward(input, *args)
+
+
+class _EagerUpsampleTrilinear3d(_UpsampleTrilinear3d):
+    """_UpsampleTrilinear3d for ``upsample_trilinear``'s eager calls on plain CPU tensors:
+    its forward runs the CPU kernel without asking again."""
+
+    @staticmethod
+    def forward(input, output_size, align_corners, scales=None):
+        return _resample(False, input, output_size, align_corners, scales)
+
+
+_eager_apply = _common.c_apply(_EagerUpsampleTrilinear3d)
