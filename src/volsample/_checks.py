@@ -105,6 +105,24 @@ def shape_equal(name: str, shape, expected, what: str) -> None:
                                    argument=name, kind="shape", value=tuple(shape))
 
 
+def out_array(name: str, out, shape, dtype: np.dtype) -> np.ndarray:
+    """A caller's array for a result: a writeable, C-contiguous NumPy array of the result's
+    (physical) shape and dtype."""
+    if not isinstance(out, np.ndarray):
+        raise UnsupportedDTypeError(f"{name}: expected a NumPy array, got {type(out).__name__}",
+                                    argument=name, kind="type", value=out)
+    if out.dtype != dtype:
+        raise UnsupportedDTypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got "
+                                    f"{out.dtype.name}", argument=name, kind="dtype",
+                                    value=out.dtype)
+    shape_equal(name, out.shape, shape, "the result's shape")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise InvalidArgumentError(f"{name}: expected a writeable C-contiguous array, got "
+                                   f"strides {out.strides}", argument=name, kind="layout",
+                                   value=out.strides)
+    return out
+
+
 def nonempty_spatial(name: str, spatial) -> None:
     if min(spatial) <= 0:
         raise InvalidArgumentError(
