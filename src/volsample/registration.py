@@ -261,8 +261,11 @@ class LocalNCC:
             inverse_count = inverse_count * (1 / count).reshape(
                 [-1 if a == axis else 1 for a in range(3)])
         self.F_sum = box_sum(F, self.radius)
-        self.F_var = box_sum(F * F, self.radius)
-        self.F_var -= self.F_sum * self.F_sum * inverse_count
+        square = np.multiply(F, F)
+        self.F_var = box_sum(square, self.radius)
+        np.multiply(self.F_sum, self.F_sum, out=square)
+        square *= inverse_count
+        self.F_var -= square
         # the kernel's three window sums, and the gradient: made by the first call that
         # needs them, kept for the next ones
         self.work: np.ndarray | None = None
