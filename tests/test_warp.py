@@ -374,6 +374,15 @@ def test_warp_backward_into_grad_displacement_out_is_the_same_bits():
                                            grad_displacement_out=out)
     assert got is out
     assert_bitwise_equal("grad_displacement into out", out, expected)
+    # a part of a larger field (any strides): written there, the rest untouched
+    field = np.full((1, 6, 7, 5, 3), 7.0, np.float32)
+    part = field[:, 1:5, 2:7, 1:4]
+    volsample.warp_3d_backward(grad_output, volume, theta, displacement,
+                               grad_displacement_out=part)
+    assert_bitwise_equal("grad_displacement into a part", part, expected)
+    outside = np.ones(field.shape, bool)
+    outside[:, 1:5, 2:7, 1:4] = False
+    assert (field[outside] == 7).all()
 
 
 @pytest.mark.parametrize("case,error,match", [

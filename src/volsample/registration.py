@@ -224,6 +224,8 @@ class MeanSquares:
 
     def __init__(self, fixed: np.ndarray, window: int = 5) -> None:
         self.fixed = fixed
+        self.box = _WHOLE  # every voxel counts
+        self.full_shape = fixed.shape
 
     def value(self, warped: np.ndarray) -> float:
         """The similarity alone."""
@@ -244,14 +246,23 @@ class LocalNCC:
     (its window sums and variances) is computed once, here; each call runs the C++ kernel
     (``src/cpp/local_ncc.cpp``: the window sums of J, J^2 and F J, the value, and back
     through the sums to the gradient) in four volumes kept across calls.
+
+    A box where ``fixed`` is constant has cc = 0 whatever J is, and no gradient: only the
+    ``box`` (slices of ``fixed``) around its non-constant part counts (with ``crop``),
+    the windows that reach it whole, and the voxels of their windows (a skull-stripped
+    brain fills half its bounding volume). ``self.fixed`` is that part; the value is still
+    the mean over all of ``fixed``'s voxels (``full_shape``), and the gradient that of the
+    part.
     """
 
     sign = -1
 
-    def __init__(self, fixed: np.ndarray, window: int = 5) -> None:
+    def __init__(self, fixed: np.ndarray, window: int = 5, *, crop: bool = True) -> None:
         self.radius = window // 2
-        F = self.fixed = np.ascontiguousarray(
-            fixed if fixed.dtype in (np.float32, np.float64) else fixed.astype(np.float64))
+        fixed = fixed if fixed.dtype in (np.float32, np.float64) else fixed.astype(np.float64)
+        self.full_shape = fixed.shape
+        self.box = _varying_box(fixed, 2 * self.radius) if crop else _WHOLE
+        F = self.fixed = np.ascontiguousarray(fixed[self.box])
         # window counts are separable: a product of one count per axis, broadcast
         inverse_count = np.ones((1, 1, 1), F.dtype)
         for axis, n in enumerate(F.shape):
@@ -274,21 +285,59 @@ class LocalNCC:
     def _run(self, warped: np.ndarray, grad: np.ndarray | None) -> float:
         if self.work is None:
             self.work = np.empty((3,) + self.fixed.shape, self.fixed.dtype)
+        if warped.shape != self.fixed.shape:
+            warped = warped[self.box]
         warped = np.ascontiguousarray(warped, self.fixed.dtype)
-        return _similarity_kernels.local_ncc(self.fixed, self.F_sum, self.F_var, warped,
-                                             self.work, grad, self.radius, _NCC_EPS,
-                                             1 / self.fixed.size)
+        total = math.prod(self.full_shape)
+        mean = _similarity_kernels.local_ncc(self.fixed, self.F_sum, self.F_var, warped,
+                                             self.work, grad, self.radius, _NCC_EPS, 1 / total)
+        return mean * (self.fixed.size / total)
 
     def value(self, warped: np.ndarray) -> float:
-        """The similarity alone."""
+        """The similarity alone, of a warped volume of ``full_shape`` or of the box's."""
         return self._run(warped, None)
 
     def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
-        """(value, gradient); the gradient is a buffer of this object, which the next call
+        """(value, gradient) of a warped volume of the box's shape (or ``full_shape``); the
+        gradient, of the box's shape, is a buffer of this object, which the next call
         overwrites."""
         if self.grad is None:
             self.grad = np.empty_like(self.fixed)
         return self._run(warped, self.grad), self.grad
+
+
+_WHOLE = (slice(None),) * 3  # a box of a whole volume
+
+
+def _varying_box(volume: np.ndarray, margin: int) -> tuple[slice, ...]:
+    """The bounding box of the voxels of ``volume`` that differ from a neighbour, grown by
+    ``margin`` voxels per side (at least 2 voxels per axis, within the volume)."""
+    box = []
+    for axis, n in enumerate(volume.shape):
+        step = np.diff(volume, axis=axis) != 0
+        others = tuple(a for a in range(3) if a != axis)
+        changes = np.flatnonzero(step.any(axis=others))  # between i and i + 1
+        if changes.size == 0:  # constant along this axis
+            low, high = 0, n
+        else:
+            low, high = max(0, changes[0] - margin), min(n, changes[-1] + 2 + margin)
+        if high - low < 2:
+            low, high = max(0, min(low, n - 2)), max(2, min(n, low + 2))
+        box.append(slice(int(low), int(high)))
+    return tuple(box)
+
+
+def _box_map(box: Sequence[slice], shape: Sequence[int]) -> np.ndarray | None:
+    """The 4x4 map from a box's normalised coordinates (x, y, z, 1; align_corners=True) to
+    its volume's, or None for the whole volume: theta times it samples the box."""
+    if all(b == slice(None) or (b.start == 0 and b.stop == n) for b, n in zip(box, shape)):
+        return None
+    m = np.eye(4)
+    for row, axis in ((0, 2), (1, 1), (2, 0)):  # x spans W, y H, z D
+        n, low, size = shape[axis], box[axis].start, box[axis].stop - box[axis].start
+        m[row, row] = (size - 1) / (n - 1)
+        m[row, 3] = (2 * low + size - 1) / (n - 1) - 1
+    return m
 
 
 def mse(fixed: np.ndarray, warped: np.ndarray) -> tuple[float, np.ndarray]:
@@ -369,29 +418,45 @@ class StepBuffers:
     def __init__(self) -> None:
         self.arrays: dict[str, np.ndarray] = {}
 
-    def __call__(self, name: str, shape: Sequence[int], dtype: npt.DTypeLike) -> np.ndarray:
-        """The array ``name`` of that shape and dtype (its contents: the last step's)."""
+    def __call__(self, name: str, shape: Sequence[int], dtype: npt.DTypeLike,
+                 zero: bool = False) -> np.ndarray:
+        """The array ``name`` of that shape and dtype (its contents: the last step's; zeros
+        when made, with ``zero``)."""
         array = self.arrays.get(name)
         if array is None or array.shape != tuple(shape) or array.dtype != dtype:
-            array = self.arrays[name] = _layout.aligned_empty(tuple(shape), dtype, name=name)
+            array = self.arrays[name] = _layout.aligned_empty(tuple(shape), dtype, zero,
+                                                              name=name)
         return array
 
 
 def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buffers=None):
     """Similarity (``measure``, built on the fixed volume) of the warped volume, and
     warp_3d_backward's (grad_theta, grad_displacement) of the loss ``sign * similarity`` as
-    ``mask`` asks for them; volumes in ``buffers`` (``StepBuffers``) when given."""
-    shape = measure.fixed.shape
-    warped = _sample(moving, theta, displacement, shape, interp,
+    ``mask`` asks for them; volumes in ``buffers`` (``StepBuffers``) when given.
+
+    Only the measure's box is warped: theta times the box's map, the displacement's
+    part in the box; grad_displacement is 0 outside it."""
+    shape, box = measure.fixed.shape, (slice(None),) + tuple(measure.box)
+    box_map = _box_map(measure.box, measure.full_shape)
+    if box_map is not None:
+        theta = (theta[0].astype(np.float64) @ box_map)[None].astype(theta.dtype)
+    part = None if displacement is None else displacement[box]
+    warped = _sample(moving, theta, part, shape, interp,
                      None if buffers is None else buffers("warped", shape, moving.dtype))
     sim, grad_warped = measure(warped)
     if measure.sign != 1:
         grad_warped *= grad_warped.dtype.type(measure.sign)
-    grad_out = None if buffers is None or displacement is None or not mask[1] else \
-        buffers("grad_displacement", displacement.shape, displacement.dtype)
-    _, grad_theta, grad_displacement = warp_3d_backward(
-        grad_warped[None, None], moving[None, None], theta, displacement, interp, **_SAMPLING,
-        output_mask=(False,) + mask, grad_displacement_out=grad_out)
+    grad_displacement = None
+    if displacement is not None and mask[1]:
+        # zero where the box leaves it (no kernel writes there)
+        grad_displacement = np.zeros_like(displacement) if buffers is None else \
+            buffers("grad_displacement", displacement.shape, displacement.dtype, zero=True)
+    _, grad_theta, _ = warp_3d_backward(
+        grad_warped[None, None], moving[None, None], theta, part, interp, **_SAMPLING,
+        output_mask=(False,) + mask,
+        grad_displacement_out=None if grad_displacement is None else grad_displacement[box])
+    if grad_theta is not None and box_map is not None:
+        grad_theta = (grad_theta[0].astype(np.float64) @ box_map.T)[None].astype(grad_theta.dtype)
     return sim, grad_theta, grad_displacement
 
 

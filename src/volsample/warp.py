@@ -124,8 +124,8 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
         Which of (grad_input, grad_theta, grad_displacement) to compute; one not asked for,
         or of an operand that is None, is returned as None and costs nothing.
     grad_displacement_out : ndarray, optional
-        Where to write grad_displacement (C-contiguous, the displacement's shape and dtype),
-        when it is asked for; it is returned.
+        Where to write grad_displacement (the displacement's shape and dtype, any strides:
+        e.g. a part of a larger field), when it is asked for; it is returned.
 
     Returns
     -------
@@ -158,7 +158,8 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
                                                   name="grad_displacement")
     else:
         grad_displacement = _checks.out_array("grad_displacement_out", grad_displacement_out,
-                                              call.grid_shape, call.coord_dtype)
+                                              call.grid_shape, call.coord_dtype,
+                                              contiguous=False)
     _backend.backward(call, _layout.logical(a["grad_output"], call.layout),
                       _layout.logical(a["input"], call.layout), a["theta"], a["displacement"],
                       grad_input, grad_theta, grad_displacement)
