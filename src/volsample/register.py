@@ -472,12 +472,14 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
     FigureCanvasAgg(fig)
     grid = fig.add_gridspec(4, len(columns), height_ratios=(1, 1, 1, 1.1))
     tile = max(2, min(fixed.shape) // 8)
-    low, high = np.percentile(fixed, (0.5, 99.5))
+    # the central slices, as views (np.take would copy them through a gather)
+    centre = [(slice(None),) * axis + (fixed.shape[axis] // 2,) for axis in range(3)]
+    # grey levels from the fixed image's three slices, not its whole volume
+    low, high = np.percentile(np.concatenate([fixed[c].ravel() for c in centre]), (0.5, 99.5))
     for row, axis in enumerate(range(3)):
-        fixed_slice = np.take(fixed, fixed.shape[axis] // 2, axis=axis)
+        fixed_slice = fixed[centre[axis]]
         for col, (title, volume) in enumerate(columns.items()):
-            image = fixed_slice if volume is None else np.take(volume, fixed.shape[axis] // 2,
-                                                               axis=axis)
+            image = fixed_slice if volume is None else volume[centre[axis]]
             if "|" in title:
                 image = _checkerboard(fixed_slice, image, tile)
             ax = fig.add_subplot(grid[row, col])

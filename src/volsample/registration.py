@@ -476,6 +476,15 @@ def moving_displacement(displacement: np.ndarray, theta: np.ndarray,
     return (displacement * scale) @ theta[0, :, :3].T.astype(displacement.dtype)
 
 
+def _moving_linear(theta: np.ndarray, full_shape: Sequence[int], dtype) -> np.ndarray:
+    """The 3x3 map of a displacement in fixed voxels (channels x, y, z) to warp_3d's
+    (``moving_displacement``). Both it and the upsampling of a control grid are linear, the
+    one point by point, the other channel by channel: applied to the few control points
+    before the upsampling (and its transpose after the upsampling's backward), it costs
+    nothing."""
+    return theta[0, :, :3].astype(dtype) * voxel_to_normalised(full_shape, dtype)
+
+
 def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, frame: Frame,
                      loss: str = "ncc", *, window: int = 5,
                      measure: MeanSquares | LocalNCC | None = None, interp: str = "bilinear",
@@ -552,10 +561,7 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
     full_shape = tuple(full_shape or fixed.shape)
     dtype = control.dtype
     theta = (np.eye(3, 4, dtype=dtype)[None] if theta is None else theta).astype(dtype)
-    # warp_3d's displacement is linear in d, point by point (moving_displacement), and the
-    # upsampling is linear channel by channel: the linear map goes on the few control
-    # points, before the upsampling, and its transpose after the upsampling's backward.
-    linear = theta[0, :, :3] * voxel_to_normalised(full_shape, dtype)
+    linear = _moving_linear(theta, full_shape, dtype)
     dense_shape = (1,) + tuple(fixed.shape) + (3,)
     moved = dense_displacement(control @ linear.T, fixed.shape, out=None if buffers is None
                                else buffers("displacement", dense_shape, dtype))
@@ -619,8 +625,7 @@ class RegistrationResult:
     moving_shape : (int, int, int)
     theta : ndarray, shape (1, 3, 4), float32
         warp_3d's theta of T (align_corners=True).
-    fixed_displacement : ndarray, shape (1, D, H, W, 3), float32
-        d in fixed voxels, channels (x, y, z).
+    fixed_shape : (int, int, int)
     """
 
     transform: np.ndarray
@@ -632,7 +637,13 @@ class RegistrationResult:
     moving_affine: np.ndarray
     moving_shape: tuple
     theta: np.ndarray
-    fixed_displacement: np.ndarray
+    fixed_shape: tuple
+
+    @property
+    def fixed_displacement(self) -> np.ndarray:
+        """d in fixed voxels, channels (x, y, z), shape (1, D, H, W, 3), float32: the control
+        grid upsampled (made when asked for)."""
+        return dense_displacement(self.control, self.fixed_shape)
 
     def warp(self, volume: np.ndarray, mode: str = "bilinear") -> np.ndarray:
         """Another volume on the moving grid, warped onto the fixed grid (e.g. labels with
@@ -644,8 +655,9 @@ class RegistrationResult:
                                        f"{tuple(self.moving_shape)}, got {volume.shape}")
         if not (mode == "nearest" and volume.dtype in _dtypes.LABELS):
             volume = volume.astype(np.float32, copy=False)
-        shape = self.fixed_displacement.shape[1:4]
-        moved = moving_displacement(self.fixed_displacement, self.theta, shape)
+        shape = self.fixed_shape
+        moved = dense_displacement(self.control @ _moving_linear(self.theta, shape,
+                                                                 self.control.dtype).T, shape)
         return warp_3d(interpolant(volume, mode)[None, None], self.theta, moved, shape, mode,
                        **_SAMPLING)[0, 0]
 
@@ -653,7 +665,7 @@ class RegistrationResult:
         """Where each fixed voxel lands in the moving volume: (D, H, W, 3) moving voxel
         indices (i, j, k), float64. With one grid for both, minus the voxel's own index,
         it is the displacement in voxels along the array axes."""
-        shape = self.fixed_displacement.shape[1:4]
+        shape = self.fixed_shape
         points = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1)
         points = points + self.fixed_displacement[0, ..., ::-1]
         to_moving = np.linalg.inv(self.moving_affine) @ self.transform @ self.fixed_affine
@@ -815,13 +827,14 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
             if stall(value):
                 break
         del measure, buffers
-    displacement = dense_displacement(control, shape)
-    warped = _sample(pyramid[-1][2], theta, moving_displacement(displacement, theta, shape),
-                     shape, interp)
-    millimetres = displacement[0, ..., ::-1] @ fixed_affine[:3, :3].T.astype(np.float32)
-    return RegistrationResult(frame.transform(params), np.ascontiguousarray(millimetres),
-                              warped, control, history, fixed_affine, moving_affine,
-                              moving.shape, theta, displacement)
+    warped = _sample(pyramid[-1][2], theta, dense_displacement(
+        control @ _moving_linear(theta, shape, control.dtype).T, shape), shape, interp)
+    # d in mm: the voxels' (i, j, k) map to world axes, on the control points (linear)
+    millimetres = dense_displacement(
+        np.ascontiguousarray(control[..., ::-1]) @ fixed_affine[:3, :3].T.astype(np.float32),
+        shape)[0]
+    return RegistrationResult(frame.transform(params), millimetres, warped, control, history,
+                              fixed_affine, moving_affine, moving.shape, theta, shape)
 
 
 def resample(fixed_shape: Sequence[int], fixed_affine: npt.ArrayLike, moving: np.ndarray,
