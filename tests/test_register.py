@@ -634,3 +634,79 @@ def test_bench_register_without_nilearn_is_one_line_and_exit_2(monkeypatch, caps
         "volsample bench: error: the registration benchmark needs nilearn's MNI152 template: "
         "pip install nilearn"]
     assert "registration benchmark" in captured.out
+
+
+def test_nifti_gzip_written_on_threads_is_one_gzip_member_of_the_same_bytes(tmp_path):
+    # Several chunks deflated apart (and a partial last one) must join into one valid gzip
+    # stream: Python's gzip and nibabel read back exactly what nibabel would write.
+    gzip = pytest.importorskip("gzip")
+    nib = pytest.importorskip("nibabel")
+    from volsample import register as cli_register
+
+    rng = np.random.default_rng(50)
+    data = rng.standard_normal((97, 101, 103)).astype(np.float32)  # 4.03 MB: over 4 MiB
+    data[:30] = 0  # runs, which Z_RLE codes as such
+    image = nib.Nifti1Image(data, np.diag([1.5, 2.0, 2.5, 1.0]))
+    path = tmp_path / "volume.nii.gz"
+    with open(path, "wb") as file, cli_register._ParallelGzip(file) as stream:
+        image.to_stream(stream)
+    raw = path.read_bytes()
+    assert raw[:2] == b"\x1f\x8b"
+    import zlib
+    member = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    assert member.decompress(raw) == image.to_bytes() and member.eof and not member.unused_data
+    assert gzip.decompress(raw) == image.to_bytes()
+    back = nib.load(path)
+    np.testing.assert_array_equal(np.asarray(back.dataobj), data)
+    np.testing.assert_array_equal(back.affine, image.affine)
+
+
+def _brain_on_flat_background(shape, seed):
+    """A smooth volume inside an ellipsoid, exactly 0 around it (as a skull-stripped
+    template is), so that the local NCC's box is a part of the volume."""
+    volume = _smooth_volume(shape, seed) + 2
+    index = np.indices(shape) - (np.array(shape) - 1)[:, None, None, None] / 2
+    radii = np.array(shape)[:, None, None, None] * np.array([0.2, 0.18, 0.2])[:, None, None, None]
+    volume[np.sum((index / radii) ** 2, axis=0) > 1] = 0
+    return volume
+
+
+def test_local_ncc_box_holds_every_window_that_counts():
+    fixed = _brain_on_flat_background((30, 28, 32), 60)
+    warped = _smooth_volume(fixed.shape, 61)
+    cropped, whole = (registration.LocalNCC(fixed, 5, crop=crop) for crop in (True, False))
+    assert np.prod(cropped.fixed.shape) < 0.6 * fixed.size  # the box is a part
+    value, grad = cropped(warped)
+    expected_value, expected_grad = whole(warped)
+    assert value == pytest.approx(expected_value, rel=1e-9)
+    full = np.zeros(fixed.shape)
+    full[cropped.box] = grad
+    assert_close("gradient", full, expected_grad, 1e-9, 1e-12 * np.abs(expected_grad).max())
+    assert cropped.value(warped) == pytest.approx(value, rel=1e-12)  # a full-size volume
+
+
+@pytest.mark.parametrize("stage", ["affine", "deformable"])
+def test_objectives_on_the_ncc_box_match_the_whole_volume(stage, monkeypatch):
+    # The box is sampled through theta times the box's map (and its gradient taken back):
+    # the objective and its gradient are the whole volume's, to round-off.
+    fixed = _brain_on_flat_background((15, 17, 16), 62)
+    moving = _smooth_volume((14, 18, 13), 63)
+    frame = registration.Frame.of(fixed.shape, np.diag([1.0, 1.1, 0.9, 1.0]), moving.shape,
+                                  np.diag([1.05, 1.0, 1.0, 1.0]))
+    params = np.eye(3, 4) + 0.02 * np.random.default_rng(64).standard_normal((3, 4))
+    control = np.random.default_rng(65).uniform(-1, 1, (1, 4, 5, 4, 3))
+    results = []
+    for crop in (True, False):
+        measure = registration.LocalNCC(fixed, 3, crop=crop)
+        if stage == "affine":
+            value, grad, _ = registration.affine_objective(params, fixed, moving, frame,
+                                                           measure=measure)
+        else:
+            value, grad, _ = registration.objective(
+                control, fixed, moving, "ncc", 0.1, theta=frame.theta(params, np.float64),
+                measure=measure, buffers=registration.StepBuffers())
+        results.append((value, grad))
+    assert np.prod(registration.LocalNCC(fixed, 3).fixed.shape) < 0.7 * fixed.size
+    (value, grad), (expected_value, expected_grad) = results
+    assert value == pytest.approx(expected_value, rel=1e-9)
+    assert_close("gradient", grad, expected_grad, 1e-7, 1e-9 * np.abs(expected_grad).max())

@@ -520,3 +520,14 @@ def test_backward_errors(kwargs, error, match):
     kwargs = {"grad_output": G, "input_size": X.shape, **kwargs}
     with pytest.raises(error, match=match):
         volsample.upsample_trilinear_3d_backward(**kwargs)
+
+
+def test_upsample_into_out_is_the_same_bits_as_a_new_result():
+    volume = np.random.default_rng(42).standard_normal((1, 3, 4, 5, 6)).astype(np.float32)
+    expected = volsample.upsample_trilinear_3d(volume, size=(7, 9, 11), align_corners=True)
+    out = np.full(expected.shape, np.nan, np.float32)
+    got = volsample.upsample_trilinear_3d(volume, size=(7, 9, 11), align_corners=True, out=out)
+    assert got is out
+    assert_bitwise_equal("upsample into out", out, expected)
+    with pytest.raises(ValueError, match=r"out: expected the result's shape \(1, 3, 7, 9, 11\)"):
+        volsample.upsample_trilinear_3d(volume, size=(7, 9, 11), out=out[:, :, :-1])

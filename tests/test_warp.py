@@ -338,3 +338,72 @@ def test_backward_errors():
     with pytest.raises(volsample.UnsupportedDTypeError,
                        match=r"grad_output: expected dtype float64"):
         volsample.warp_3d_backward(go.astype(np.float32), x)
+
+
+# ---------------------------------------------------------------------------------------
+# Results written into the caller's arrays (out=, grad_displacement_out=)
+# ---------------------------------------------------------------------------------------
+
+
+def _warp_case():
+    rng = np.random.default_rng(40)
+    volume = rng.standard_normal((1, 2, 5, 6, 7)).astype(np.float32)
+    theta = (np.eye(3, 4) + 0.05 * rng.standard_normal((3, 4)))[None].astype(np.float32)
+    displacement = (0.1 * rng.standard_normal((1, 4, 5, 3, 3))).astype(np.float32)
+    return volume, theta, displacement
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+def test_warp_into_out_is_the_same_bits_as_a_new_result(layout):
+    volume, theta, displacement = _warp_case()
+    if layout == "NDHWC":
+        volume = np.ascontiguousarray(volume.transpose(0, 2, 3, 4, 1))
+    expected = volsample.warp_3d(volume, theta, displacement, layout=layout)
+    out = np.full(expected.shape, np.nan, np.float32)
+    got = volsample.warp_3d(volume, theta, displacement, layout=layout, out=out)
+    assert got is out
+    assert_bitwise_equal("warp_3d into out", out, expected)
+
+
+def test_warp_backward_into_grad_displacement_out_is_the_same_bits():
+    volume, theta, displacement = _warp_case()
+    grad_output = np.random.default_rng(41).standard_normal((1, 2, 4, 5, 3)).astype(np.float32)
+    _, _, expected = volsample.warp_3d_backward(grad_output, volume, theta, displacement)
+    out = np.full(displacement.shape, np.nan, np.float32)
+    _, _, got = volsample.warp_3d_backward(grad_output, volume, theta, displacement,
+                                           grad_displacement_out=out)
+    assert got is out
+    assert_bitwise_equal("grad_displacement into out", out, expected)
+    # a part of a larger field (any strides): written there, the rest untouched
+    field = np.full((1, 6, 7, 5, 3), 7.0, np.float32)
+    part = field[:, 1:5, 2:7, 1:4]
+    volsample.warp_3d_backward(grad_output, volume, theta, displacement,
+                               grad_displacement_out=part)
+    assert_bitwise_equal("grad_displacement into a part", part, expected)
+    outside = np.ones(field.shape, bool)
+    outside[:, 1:5, 2:7, 1:4] = False
+    assert (field[outside] == 7).all()
+
+
+@pytest.mark.parametrize("case,error,match", [
+    ("list", TypeError, "out: expected a NumPy array, got list"),
+    ("dtype", TypeError, "out: expected dtype float32, got float64"),
+    ("shape", ValueError, r"out: expected the result's shape \(1, 2, 4, 5, 3\), got \(1, 2, 4, 5, 4\)"),
+    ("strided", ValueError, "out: expected a writeable C-contiguous array"),
+    ("read-only", ValueError, "out: expected a writeable C-contiguous array"),
+])
+def test_warp_rejects_an_out_it_cannot_write(case, error, match):
+    volume, theta, displacement = _warp_case()
+    out = np.empty((1, 2, 4, 5, 3), np.float32)
+    if case == "list":
+        out = out.tolist()
+    elif case == "dtype":
+        out = out.astype(np.float64)
+    elif case == "shape":
+        out = np.empty((1, 2, 4, 5, 4), np.float32)
+    elif case == "strided":
+        out = np.empty((1, 2, 4, 5, 6), np.float32)[..., ::2]
+    else:
+        out.flags.writeable = False
+    with pytest.raises(error, match=match):
+        volsample.warp_3d(volume, theta, displacement, out=out)

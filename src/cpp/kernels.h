@@ -4,6 +4,7 @@
 #pragma once
 
 #include "grid_sample.h"
+#include "local_ncc.h"
 #include "upsample.h"
 
 namespace vs {
@@ -17,6 +18,8 @@ struct KernelTable {
   std::vector<int64_t> (*grid_sample_backward_slabs)(const GridSampleArgs&);
   void (*warp_forward)(const WarpArgs&);
   void (*warp_backward)(const WarpArgs&);
+  void (*box_sum)(const BoxSumArgs&);
+  double (*local_ncc)(const LocalNccArgs&);
 };
 
 namespace scalar { const KernelTable& kernel_table(); }

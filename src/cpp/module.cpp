@@ -123,6 +123,7 @@ Strided strided(const nb::handle& obj) {
 void bind_grid_sample(nb::module_& m);
 void bind_upsample(nb::module_& m);
 void bind_warp(nb::module_& m);
+void bind_local_ncc(nb::module_& m);
 
 }  // namespace vs
 
@@ -154,4 +155,5 @@ NB_MODULE(_kernels, m) {
   vs::bind_grid_sample(m);
   vs::bind_upsample(m);
   vs::bind_warp(m);
+  vs::bind_local_ncc(m);
 }

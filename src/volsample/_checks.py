@@ -105,6 +105,25 @@ def shape_equal(name: str, shape, expected, what: str) -> None:
                                    argument=name, kind="shape", value=tuple(shape))
 
 
+def out_array(name: str, out, shape, dtype: np.dtype, contiguous: bool = True) -> np.ndarray:
+    """A caller's array for a result: a writeable NumPy array of the result's (physical)
+    shape and dtype, C-contiguous where the kernel asks for it."""
+    if not isinstance(out, np.ndarray):
+        raise UnsupportedDTypeError(f"{name}: expected a NumPy array, got {type(out).__name__}",
+                                    argument=name, kind="type", value=out)
+    if out.dtype != dtype:
+        raise UnsupportedDTypeError(f"{name}: expected dtype {np.dtype(dtype).name}, got "
+                                    f"{out.dtype.name}", argument=name, kind="dtype",
+                                    value=out.dtype)
+    shape_equal(name, out.shape, shape, "the result's shape")
+    if not out.flags.writeable or (contiguous and not out.flags.c_contiguous):
+        raise InvalidArgumentError(f"{name}: expected a writeable{' C-contiguous' * contiguous}"
+                                   f" array, got strides {out.strides}"
+                                   f"{'' if out.flags.writeable else ', read-only'}",
+                                   argument=name, kind="layout", value=out.strides)
+    return out
+
+
 def nonempty_spatial(name: str, spatial) -> None:
     if min(spatial) <= 0:
         raise InvalidArgumentError(

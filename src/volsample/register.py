@@ -13,14 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 import argparse
+import collections
+import concurrent.futures
 import dataclasses
+import io
 import math
 import os
+import struct
 import sys
+import zlib
 
 import numpy as np
 
-from . import _dtypes, registration
+from . import _config, _dtypes, registration
 from ._checks import VolsampleError
 from ._progress import ProgressBar
 
@@ -71,7 +76,8 @@ def add_register_arguments(parser: argparse.ArgumentParser) -> None:
                              "coarsest first (default 100, halved per finer level, at least 10)")
     parser.add_argument("--affine-iterations", type=int, nargs="+", metavar="N",
                         help="affine Adam steps per level, as --iterations (default: the "
-                             "same; 0 keeps the headers' alignment)")
+                             "coarsest level's --iterations there, 0 at the finer levels; 0 "
+                             "everywhere keeps the headers' alignment)")
     parser.add_argument("--interp", choices=tuple(_INTERPOLATIONS), default="linear",
                         help="interpolation of the moving volume, in the registration and in "
                              "the warped volume written (default linear; nearest: written "
@@ -119,7 +125,7 @@ def run_register(args: argparse.Namespace) -> int:
             _same_grid(moving, labels[1])
         iterations = _per_level(args.iterations, args.levels)
         affine_iterations = _per_level(args.affine_iterations, args.levels) \
-            if args.affine_iterations else iterations
+            if args.affine_iterations else iterations[:1] + [0] * (args.levels - 1)
         settings = dict(levels=args.levels, iterations=iterations,
                         affine_iterations=affine_iterations, grid_spacing=args.grid_spacing,
                         weight=args.smoothness, lr=args.lr, tolerance=args.tolerance)
@@ -349,10 +355,83 @@ def _write_all(out_dir, volumes) -> list[str]:
                 nib = _nibabel()
                 header = volume.image.header.copy()
                 header.set_data_dtype(volume.data.dtype)
-                nib.save(nib.Nifti1Image(volume.data, volume.image.affine, header), path)
+                image = nib.Nifti1Image(volume.data, volume.image.affine, header)
+                if path.lower().endswith(".gz"):
+                    with open(path, "wb") as file, _ParallelGzip(file) as stream:
+                        image.to_stream(stream)
+                else:
+                    nib.save(image, path)
     except OSError as error:
         raise CommandError(f"--out: cannot write {out_dir!r}: {error}") from None
     return [volume.name for volume in volumes.values()]
+
+
+_GZIP_CHUNK = 4 << 20  # bytes deflated per task
+
+
+def _deflate(chunk: bytes, last: bool) -> bytes:
+    """One chunk as raw deflate blocks of its own, ending on a byte boundary (a sync flush;
+    the last chunk ends the stream). Z_RLE: runs and Huffman codes, no string matching:
+    on a displacement field 2.6x faster than zlib's level 1, and as small."""
+    compressor = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS, 8, zlib.Z_RLE)
+    return compressor.compress(chunk) + compressor.flush(zlib.Z_FINISH if last
+                                                         else zlib.Z_SYNC_FLUSH)
+
+
+class _ParallelGzip(io.RawIOBase):
+    """A write-only stream gzipping into ``file`` on threads, as pigz does: chunks are
+    deflated independently and joined into one deflate stream, one gzip member, which any
+    gzip reader takes. At most two chunks per thread are held at once."""
+
+    def __init__(self, file) -> None:
+        super().__init__()
+        self.file = file
+        threads = _config.get_num_threads()
+        self.pool = concurrent.futures.ThreadPoolExecutor(threads)
+        self.pending: collections.deque = collections.deque()
+        self.held = 2 * threads
+        self.buffer = bytearray()
+        self.crc = 0
+        self.position = 0
+        file.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # deflate, no mtime
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        """Only to where the stream is (nibabel seeks to its start before writing)."""
+        target = {io.SEEK_SET: offset, io.SEEK_CUR: self.position + offset}.get(whence)
+        if target != self.position:
+            raise io.UnsupportedOperation("a gzip stream being written seeks nowhere else")
+        return self.position
+
+    def write(self, data) -> int:
+        data = memoryview(data).cast("B")
+        self.buffer += data
+        self.position += len(data)
+        while len(self.buffer) >= _GZIP_CHUNK:
+            self._submit(bytes(self.buffer[:_GZIP_CHUNK]), last=False)
+            del self.buffer[:_GZIP_CHUNK]
+        return len(data)
+
+    def _submit(self, chunk: bytes, last: bool) -> None:
+        self.crc = zlib.crc32(chunk, self.crc)
+        self.pending.append(self.pool.submit(_deflate, chunk, last))
+        while len(self.pending) > (0 if last else self.held):
+            self.file.write(self.pending.popleft().result())
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._submit(bytes(self.buffer), last=True)
+            self.file.write(struct.pack("<II", self.crc, self.position & 0xFFFFFFFF))
+        finally:
+            self.pool.shutdown(cancel_futures=True)
+            super().close()
 
 
 def _write_affine(path, transform):
@@ -393,12 +472,14 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
     FigureCanvasAgg(fig)
     grid = fig.add_gridspec(4, len(columns), height_ratios=(1, 1, 1, 1.1))
     tile = max(2, min(fixed.shape) // 8)
-    low, high = np.percentile(fixed, (0.5, 99.5))
+    # the central slices, as views (np.take would copy them through a gather)
+    centre = [(slice(None),) * axis + (fixed.shape[axis] // 2,) for axis in range(3)]
+    # grey levels from the fixed image's three slices, not its whole volume
+    low, high = np.percentile(np.concatenate([fixed[c].ravel() for c in centre]), (0.5, 99.5))
     for row, axis in enumerate(range(3)):
-        fixed_slice = np.take(fixed, fixed.shape[axis] // 2, axis=axis)
+        fixed_slice = fixed[centre[axis]]
         for col, (title, volume) in enumerate(columns.items()):
-            image = fixed_slice if volume is None else np.take(volume, fixed.shape[axis] // 2,
-                                                               axis=axis)
+            image = fixed_slice if volume is None else volume[centre[axis]]
             if "|" in title:
                 image = _checkerboard(fixed_slice, image, tile)
             ax = fig.add_subplot(grid[row, col])

@@ -41,8 +41,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import _dtypes
+from . import _dtypes, _layout
 from ._checks import InvalidArgumentError
+from ._cpu import similarity as _similarity_kernels
 from .grid_sample import grid_sample_3d
 from .spline import spline_coefficients
 from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
@@ -76,14 +77,17 @@ def voxel_to_normalised(shape: Sequence[int], dtype: npt.DTypeLike = np.float32)
     return np.array([2 / (W - 1), 2 / (H - 1), 2 / (D - 1)], dtype)
 
 
-def dense_displacement(control: np.ndarray, shape: Sequence[int]) -> np.ndarray:
-    """The dense displacement of a control grid, shape (1, D, H, W, 3).
+def dense_displacement(control: np.ndarray, shape: Sequence[int], *,
+                       out: np.ndarray | None = None) -> np.ndarray:
+    """The dense displacement of a control grid, shape (1, D, H, W, 3) (into ``out``, when
+    given).
 
     ``control`` has shape (1, cd, ch, cw, 3) (channels last, as the grid): each channel is
     upsampled trilinearly with align_corners=True, so the control points sit on the corner
     voxels and spread evenly between them.
     """
-    return upsample_trilinear_3d(control, size=tuple(shape), align_corners=True, layout="NDHWC")
+    return upsample_trilinear_3d(control, size=tuple(shape), align_corners=True, layout="NDHWC",
+                                 out=out)
 
 
 def warp(volume: np.ndarray, displacement: np.ndarray, mode: str = "bilinear",
@@ -184,30 +188,22 @@ IDENTITY_PARAMS = np.eye(3, 4)  # T = I: the headers' alignment
 # ---------------------------------------------------------------------------------------
 
 
-def box_sum(volume: np.ndarray, radius: int, *, out: np.ndarray | None = None,
-            scratch: np.ndarray | None = None) -> np.ndarray:
-    """Sum over the (2 radius + 1)^3 window around every voxel of the last three axes (any
-    leading axes are a batch); the window is cut at the border (zero padding).
+def box_sum(volume: np.ndarray, radius: int, *, out: np.ndarray | None = None) -> np.ndarray:
+    """Sum over the (2 radius + 1)^3 window around every voxel of a (D, H, W) volume; the
+    window is cut at the border (zero padding). float32 and float64 are summed in their own
+    dtype (other dtypes as float64), into ``out`` when given (not ``volume``).
 
-    Along each axis the 2 radius shifted copies are added in place, in a fixed order: no
-    cumulative sum, so no precision lost over long axes, and no temporary beyond one
-    buffer of the volume's size (``out``, when given, receives the result and ``scratch``
-    is that buffer; neither may be ``volume``). The operator is symmetric (voxel i's window holds j exactly when j's holds
-    i), so it is its own adjoint: the gradients below apply it again.
+    The C++ core sums along D, then H and W, each window's terms in index order: the same
+    bits for any thread count. The operator is symmetric (voxel i's window holds j exactly
+    when j's holds i), so it is its own adjoint.
     """
-    a = np.empty_like(volume) if out is None else out
-    b = np.empty_like(volume) if scratch is None else scratch
-    source = volume
-    # three axes, ping-ponging between the two buffers so that the last lands in ``a``
-    first = volume.ndim - 3
-    for axis, target in zip((first, first + 1, first + 2), (a, b, a)):
-        np.copyto(target, source)
-        n = volume.shape[axis]
-        for shift in range(1, min(radius, n - 1) + 1):
-            target[_along(axis, slice(shift, None))] += source[_along(axis, slice(None, -shift))]
-            target[_along(axis, slice(None, -shift))] += source[_along(axis, slice(shift, None))]
-        source = target
-    return a
+    if volume.dtype not in (np.float32, np.float64):
+        volume = volume.astype(np.float64)
+    volume = np.ascontiguousarray(volume)
+    if out is None:
+        out = np.empty_like(volume)
+    _similarity_kernels.box_sum(volume, out, radius)
+    return out
 
 
 def blur(volume: np.ndarray, radius: int, passes: int = 2) -> np.ndarray:
@@ -228,6 +224,8 @@ class MeanSquares:
 
     def __init__(self, fixed: np.ndarray, window: int = 5) -> None:
         self.fixed = fixed
+        self.box = _WHOLE  # every voxel counts
+        self.full_shape = fixed.shape
 
     def value(self, warped: np.ndarray) -> float:
         """The similarity alone."""
@@ -245,96 +243,101 @@ class LocalNCC:
     Over every voxel's ``window``^3 box, ``cc = cov(F, J)^2 / (var F var J + eps)``, the
     squared correlation coefficient (0 in flat boxes, 1 for a local linear match), as in
     VoxelMorph; the value is its mean over voxels. What depends on the fixed volume alone
-    (window counts, its sums and variances) is computed once, here; each call box-sums
-    J, J^2 and F J, then the three gradient terms, in five volumes kept across calls.
+    (its window sums and variances) is computed once, here; each call runs the C++ kernel
+    (``src/cpp/local_ncc.cpp``: the window sums of J, J^2 and F J, the value, and back
+    through the sums to the gradient) in four volumes kept across calls.
+
+    A box where ``fixed`` is constant has cc = 0 whatever J is, and no gradient: only the
+    ``box`` (slices of ``fixed``) around its non-constant part counts (with ``crop``),
+    the windows that reach it whole, and the voxels of their windows (a skull-stripped
+    brain fills half its bounding volume). ``self.fixed`` is that part; the value is still
+    the mean over all of ``fixed``'s voxels (``full_shape``), and the gradient that of the
+    part.
     """
 
     sign = -1
 
-    def __init__(self, fixed: np.ndarray, window: int = 5) -> None:
+    def __init__(self, fixed: np.ndarray, window: int = 5, *, crop: bool = True) -> None:
         self.radius = window // 2
-        F = self.fixed = fixed
+        fixed = fixed if fixed.dtype in (np.float32, np.float64) else fixed.astype(np.float64)
+        self.full_shape = fixed.shape
+        self.box = _varying_box(fixed, 2 * self.radius) if crop else _WHOLE
+        F = self.fixed = np.ascontiguousarray(fixed[self.box])
         # window counts are separable: a product of one count per axis, broadcast
-        self.inverse_count = np.ones((1, 1, 1), F.dtype)
+        inverse_count = np.ones((1, 1, 1), F.dtype)
         for axis, n in enumerate(F.shape):
             index = np.arange(n)
             count = (np.minimum(index + self.radius, n - 1) - np.maximum(index - self.radius, 0)
                      + 1).astype(F.dtype)
-            self.inverse_count = self.inverse_count * (1 / count).reshape(
+            inverse_count = inverse_count * (1 / count).reshape(
                 [-1 if a == axis else 1 for a in range(3)])
-        self.scratch = np.empty_like(F)
-        self.F_sum = box_sum(F, self.radius, scratch=self.scratch)
-        self.F_var = box_sum(F * F, self.radius, scratch=self.scratch)
-        self.F_var -= self.F_sum * self.F_sum * self.inverse_count
-        # the box sums of J, J^2 and F J, then of the gradient's three terms, and two work
-        # volumes: made by the first call that asks for a gradient, kept for the next ones
-        self.sums: np.ndarray | None = None
+        self.F_sum = box_sum(F, self.radius)
+        square = np.multiply(F, F)
+        self.F_var = box_sum(square, self.radius)
+        np.multiply(self.F_sum, self.F_sum, out=square)
+        square *= inverse_count
+        self.F_var -= square
+        # the kernel's three window sums, and the gradient: made by the first call that
+        # needs them, kept for the next ones
         self.work: np.ndarray | None = None
+        self.grad: np.ndarray | None = None
+
+    def _run(self, warped: np.ndarray, grad: np.ndarray | None) -> float:
+        if self.work is None:
+            self.work = np.empty((3,) + self.fixed.shape, self.fixed.dtype)
+        if warped.shape != self.fixed.shape:
+            warped = warped[self.box]
+        warped = np.ascontiguousarray(warped, self.fixed.dtype)
+        total = math.prod(self.full_shape)
+        mean = _similarity_kernels.local_ncc(self.fixed, self.F_sum, self.F_var, warped,
+                                             self.work, grad, self.radius, _NCC_EPS, 1 / total)
+        return mean * (self.fixed.size / total)
 
     def value(self, warped: np.ndarray) -> float:
-        """The similarity alone, with few volume-sized temporaries (no gradient buffers)."""
-        F, J, radius, scratch = self.fixed, warped, self.radius, self.scratch
-        J_sum = box_sum(J, radius, scratch=scratch)
-        mean_J = J_sum * self.inverse_count
-        cross = box_sum(F * J, radius, scratch=scratch)
-        cross -= self.F_sum * mean_J
-        J_var = box_sum(J * J, radius, scratch=scratch)
-        J_sum *= mean_J
-        J_var -= J_sum
-        del J_sum, mean_J
-        J_var *= self.F_var
-        J_var += _NCC_EPS
-        cross *= cross
-        cross /= J_var
-        return float(np.mean(cross))
+        """The similarity alone, of a warped volume of ``full_shape`` or of the box's."""
+        return self._run(warped, None)
 
     def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
-        """(value, gradient); the gradient is a buffer of this object, which the next call
+        """(value, gradient) of a warped volume of the box's shape (or ``full_shape``); the
+        gradient, of the box's shape, is a buffer of this object, which the next call
         overwrites."""
-        if self.sums is None or self.work is None:
-            self.sums = np.empty((3,) + self.fixed.shape, self.fixed.dtype)
-            self.work = np.empty((2,) + self.fixed.shape, self.fixed.dtype)
-        F, J, radius, scratch = self.fixed, warped, self.radius, self.scratch
-        inverse_count = self.inverse_count
-        s0, s1, s2 = self.sums
-        a, b = self.work
-        # Five volumes of work in all, each reused as soon as what it held is dead.
-        J_sum = box_sum(J, radius, out=s0, scratch=scratch)
-        J_var = box_sum(np.multiply(J, J, out=a), radius, out=s1, scratch=scratch)
-        cross = box_sum(np.multiply(F, J, out=a), radius, out=s2, scratch=scratch)
-        np.multiply(J_sum, inverse_count, out=a)  # the window mean of J
-        np.multiply(self.F_sum, a, out=b)
-        cross -= b
-        np.multiply(J_sum, a, out=b)
-        J_var -= b
-        reciprocal = np.multiply(self.F_var, J_var, out=b)
-        reciprocal += _NCC_EPS
-        np.reciprocal(reciprocal, out=reciprocal)
-        cc = np.multiply(cross, cross, out=a)
-        cc *= reciprocal
-        value = float(np.mean(cc))
-        # cc depends on J through the window sums of J, J^2 and F J; d(mean cc)/d(each sum),
-        # then back through the (self-adjoint) box sums to every voxel of J.
-        scale = J.dtype.type(1 / cc.size)
-        d_cross = np.multiply(cross, reciprocal, out=s2)
-        d_cross *= 2 * scale
-        d_J_var = np.multiply(cc, reciprocal, out=a)
-        d_J_var *= self.F_var
-        d_J_var *= -scale
-        d_J_sum = np.multiply(d_cross, self.F_sum, out=s1)
-        np.multiply(d_J_var, J_sum, out=b)
-        b *= 2
-        d_J_sum += b
-        d_J_sum *= -inverse_count
-        grad = box_sum(d_J_sum, radius, out=s0, scratch=scratch)
-        back_var = box_sum(d_J_var, radius, out=s1, scratch=scratch)
-        back_var *= J
-        back_var *= 2
-        grad += back_var
-        back_cross = box_sum(d_cross, radius, out=a, scratch=scratch)
-        back_cross *= F
-        grad += back_cross
-        return value, grad
+        if self.grad is None:
+            self.grad = np.empty_like(self.fixed)
+        return self._run(warped, self.grad), self.grad
+
+
+_WHOLE = (slice(None),) * 3  # a box of a whole volume
+
+
+def _varying_box(volume: np.ndarray, margin: int) -> tuple[slice, ...]:
+    """The bounding box of the voxels of ``volume`` that differ from a neighbour, grown by
+    ``margin`` voxels per side (at least 2 voxels per axis, within the volume)."""
+    box = []
+    for axis, n in enumerate(volume.shape):
+        step = np.diff(volume, axis=axis) != 0
+        others = tuple(a for a in range(3) if a != axis)
+        changes = np.flatnonzero(step.any(axis=others))  # between i and i + 1
+        if changes.size == 0:  # constant along this axis
+            low, high = 0, n
+        else:
+            low, high = max(0, changes[0] - margin), min(n, changes[-1] + 2 + margin)
+        if high - low < 2:
+            low, high = max(0, min(low, n - 2)), max(2, min(n, low + 2))
+        box.append(slice(int(low), int(high)))
+    return tuple(box)
+
+
+def _box_map(box: Sequence[slice], shape: Sequence[int]) -> np.ndarray | None:
+    """The 4x4 map from a box's normalised coordinates (x, y, z, 1; align_corners=True) to
+    its volume's, or None for the whole volume: theta times it samples the box."""
+    if all(b == slice(None) or (b.start == 0 and b.stop == n) for b, n in zip(box, shape)):
+        return None
+    m = np.eye(4)
+    for row, axis in ((0, 2), (1, 1), (2, 0)):  # x spans W, y H, z D
+        n, low, size = shape[axis], box[axis].start, box[axis].stop - box[axis].start
+        m[row, row] = (size - 1) / (n - 1)
+        m[row, 3] = (2 * low + size - 1) / (n - 1) - 1
+    return m
 
 
 def mse(fixed: np.ndarray, warped: np.ndarray) -> tuple[float, np.ndarray]:
@@ -399,24 +402,61 @@ def interpolant(volume: np.ndarray, interp: str = "bilinear") -> np.ndarray:
     return spline_coefficients(volume[None, None], **_SAMPLING)[0, 0]
 
 
-def _sample(moving, theta, displacement, shape, interp="bilinear"):
+def _sample(moving, theta, displacement, shape, interp="bilinear", out=None):
     """The moving volume (its own grid; ``interpolant(moving, interp)``) sampled at the
     fixed grid's points (``shape``): warp_3d at theta plus a displacement (normalised
-    units), borders extended."""
-    return warp_3d(moving[None, None], theta, displacement, shape, interp, **_SAMPLING)[0, 0]
+    units), borders extended; into ``out`` (D, H, W), when given."""
+    return warp_3d(moving[None, None], theta, displacement, shape, interp, **_SAMPLING,
+                   out=None if out is None else out[None, None])[0, 0]
 
 
-def _similarity_gradient(measure, moving, theta, displacement, mask, interp):
+class StepBuffers:
+    """The volume-sized arrays of one resolution level's steps (the dense displacement, the
+    warped volume, the displacement's gradient), allocated by the first step and
+    overwritten by the next ones: a step allocates no volume (no page faults)."""
+
+    def __init__(self) -> None:
+        self.arrays: dict[str, np.ndarray] = {}
+
+    def __call__(self, name: str, shape: Sequence[int], dtype: npt.DTypeLike,
+                 zero: bool = False) -> np.ndarray:
+        """The array ``name`` of that shape and dtype (its contents: the last step's; zeros
+        when made, with ``zero``)."""
+        array = self.arrays.get(name)
+        if array is None or array.shape != tuple(shape) or array.dtype != dtype:
+            array = self.arrays[name] = _layout.aligned_empty(tuple(shape), dtype, zero,
+                                                              name=name)
+        return array
+
+
+def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buffers=None):
     """Similarity (``measure``, built on the fixed volume) of the warped volume, and
     warp_3d_backward's (grad_theta, grad_displacement) of the loss ``sign * similarity`` as
-    ``mask`` asks for them."""
-    warped = _sample(moving, theta, displacement, measure.fixed.shape, interp)
+    ``mask`` asks for them; volumes in ``buffers`` (``StepBuffers``) when given.
+
+    Only the measure's box is warped: theta times the box's map, the displacement's
+    part in the box; grad_displacement is 0 outside it."""
+    shape, box = measure.fixed.shape, (slice(None),) + tuple(measure.box)
+    box_map = _box_map(measure.box, measure.full_shape)
+    if box_map is not None:
+        theta = (theta[0].astype(np.float64) @ box_map)[None].astype(theta.dtype)
+    part = None if displacement is None else displacement[box]
+    warped = _sample(moving, theta, part, shape, interp,
+                     None if buffers is None else buffers("warped", shape, moving.dtype))
     sim, grad_warped = measure(warped)
     if measure.sign != 1:
         grad_warped *= grad_warped.dtype.type(measure.sign)
-    _, grad_theta, grad_displacement = warp_3d_backward(
-        grad_warped[None, None], moving[None, None], theta, displacement, interp, **_SAMPLING,
-        output_mask=(False,) + mask)
+    grad_displacement = None
+    if displacement is not None and mask[1]:
+        # zero where the box leaves it (no kernel writes there)
+        grad_displacement = np.zeros_like(displacement) if buffers is None else \
+            buffers("grad_displacement", displacement.shape, displacement.dtype, zero=True)
+    _, grad_theta, _ = warp_3d_backward(
+        grad_warped[None, None], moving[None, None], theta, part, interp, **_SAMPLING,
+        output_mask=(False,) + mask,
+        grad_displacement_out=None if grad_displacement is None else grad_displacement[box])
+    if grad_theta is not None and box_map is not None:
+        grad_theta = (grad_theta[0].astype(np.float64) @ box_map.T)[None].astype(grad_theta.dtype)
     return sim, grad_theta, grad_displacement
 
 
@@ -436,10 +476,19 @@ def moving_displacement(displacement: np.ndarray, theta: np.ndarray,
     return (displacement * scale) @ theta[0, :, :3].T.astype(displacement.dtype)
 
 
+def _moving_linear(theta: np.ndarray, full_shape: Sequence[int], dtype) -> np.ndarray:
+    """The 3x3 map of a displacement in fixed voxels (channels x, y, z) to warp_3d's
+    (``moving_displacement``). Both it and the upsampling of a control grid are linear, the
+    one point by point, the other channel by channel: applied to the few control points
+    before the upsampling (and its transpose after the upsampling's backward), it costs
+    nothing."""
+    return theta[0, :, :3].astype(dtype) * voxel_to_normalised(full_shape, dtype)
+
+
 def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, frame: Frame,
                      loss: str = "ncc", *, window: int = 5,
-                     measure: MeanSquares | LocalNCC | None = None, interp: str = "bilinear"
-                     ) -> tuple[float, np.ndarray, float]:
+                     measure: MeanSquares | LocalNCC | None = None, interp: str = "bilinear",
+                     buffers: StepBuffers | None = None) -> tuple[float, np.ndarray, float]:
     """The affine stage's objective at one resolution, and its gradient.
 
     Parameters
@@ -451,7 +500,7 @@ def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, 
         takes it).
     frame : Frame
         The two images' geometry.
-    loss, window, measure, interp
+    loss, window, measure, interp, buffers
         As for ``objective``.
 
     Returns
@@ -461,15 +510,15 @@ def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, 
     """
     measure = measure or similarity_measure(loss, fixed, window)
     sim, grad_theta, _ = _similarity_gradient(measure, moving, frame.theta(params, moving.dtype),
-                                              None, (True, False), interp)
+                                              None, (True, False), interp, buffers)
     return measure.sign * sim, frame.gradient(grad_theta.astype(np.float64)), sim
 
 
 def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc",
               weight: float = 0.0, *, theta: np.ndarray | None = None,
               full_shape: Sequence[int] | None = None, window: int = 5,
-              measure: MeanSquares | LocalNCC | None = None, interp: str = "bilinear"
-              ) -> tuple[float, np.ndarray, float]:
+              measure: MeanSquares | LocalNCC | None = None, interp: str = "bilinear",
+              buffers: StepBuffers | None = None) -> tuple[float, np.ndarray, float]:
     """The deformable stage's objective at one resolution, and its gradient.
 
     Parameters
@@ -496,6 +545,8 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
         (default: built here).
     interp : {"bilinear", "bicubic", "bspline"}
         The mode ``moving`` is sampled in.
+    buffers : StepBuffers, optional
+        Where the step's volumes go, kept across the steps of a level (default: new ones).
 
     Returns
     -------
@@ -510,13 +561,12 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
     full_shape = tuple(full_shape or fixed.shape)
     dtype = control.dtype
     theta = (np.eye(3, 4, dtype=dtype)[None] if theta is None else theta).astype(dtype)
-    # warp_3d's displacement is linear in d, point by point (moving_displacement), and the
-    # upsampling is linear channel by channel: the linear map goes on the few control
-    # points, before the upsampling, and its transpose after the upsampling's backward.
-    linear = theta[0, :, :3] * voxel_to_normalised(full_shape, dtype)
-    moved = dense_displacement(control @ linear.T, fixed.shape)
+    linear = _moving_linear(theta, full_shape, dtype)
+    dense_shape = (1,) + tuple(fixed.shape) + (3,)
+    moved = dense_displacement(control @ linear.T, fixed.shape, out=None if buffers is None
+                               else buffers("displacement", dense_shape, dtype))
     sim, _, grad_moved = _similarity_gradient(measure, moving, theta, moved, (False, True),
-                                              interp)
+                                              interp, buffers)
     grad = upsample_trilinear_3d_backward(grad_moved, control.shape[:1] + (3,)
                                           + control.shape[1:4], align_corners=True,
                                           layout="NDHWC") @ linear
@@ -575,8 +625,7 @@ class RegistrationResult:
     moving_shape : (int, int, int)
     theta : ndarray, shape (1, 3, 4), float32
         warp_3d's theta of T (align_corners=True).
-    fixed_displacement : ndarray, shape (1, D, H, W, 3), float32
-        d in fixed voxels, channels (x, y, z).
+    fixed_shape : (int, int, int)
     """
 
     transform: np.ndarray
@@ -588,7 +637,13 @@ class RegistrationResult:
     moving_affine: np.ndarray
     moving_shape: tuple
     theta: np.ndarray
-    fixed_displacement: np.ndarray
+    fixed_shape: tuple
+
+    @property
+    def fixed_displacement(self) -> np.ndarray:
+        """d in fixed voxels, channels (x, y, z), shape (1, D, H, W, 3), float32: the control
+        grid upsampled (made when asked for)."""
+        return dense_displacement(self.control, self.fixed_shape)
 
     def warp(self, volume: np.ndarray, mode: str = "bilinear") -> np.ndarray:
         """Another volume on the moving grid, warped onto the fixed grid (e.g. labels with
@@ -600,8 +655,9 @@ class RegistrationResult:
                                        f"{tuple(self.moving_shape)}, got {volume.shape}")
         if not (mode == "nearest" and volume.dtype in _dtypes.LABELS):
             volume = volume.astype(np.float32, copy=False)
-        shape = self.fixed_displacement.shape[1:4]
-        moved = moving_displacement(self.fixed_displacement, self.theta, shape)
+        shape = self.fixed_shape
+        moved = dense_displacement(self.control @ _moving_linear(self.theta, shape,
+                                                                 self.control.dtype).T, shape)
         return warp_3d(interpolant(volume, mode)[None, None], self.theta, moved, shape, mode,
                        **_SAMPLING)[0, 0]
 
@@ -609,7 +665,7 @@ class RegistrationResult:
         """Where each fixed voxel lands in the moving volume: (D, H, W, 3) moving voxel
         indices (i, j, k), float64. With one grid for both, minus the voxel's own index,
         it is the displacement in voxels along the array axes."""
-        shape = self.fixed_displacement.shape[1:4]
+        shape = self.fixed_shape
         points = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), -1)
         points = points + self.fixed_displacement[0, ..., ::-1]
         to_moving = np.linalg.inv(self.moving_affine) @ self.transform @ self.fixed_affine
@@ -744,14 +800,15 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         adam = Adam(params, step)
         measure = similarity_measure(loss, fixed_l, window) if affine_steps[level] else None
         stall = _Stall(tolerance * _SCALES[loss])
+        buffers = StepBuffers()
         for it in range(affine_steps[level]):
             value, grad, sim = affine_objective(params, fixed_l, moving_l, frame, measure=measure,
-                                                interp=interp)
+                                                interp=interp, buffers=buffers)
             adam.step(grad)
             record("affine", level, it, value, sim)
             if stall(value):
                 break
-        del measure
+        del measure, buffers
     theta = frame.theta(params)
     control = np.zeros((1,) + control_shape(shape, grid_spacing * 2 ** (levels - 1)) + (3,),
                        np.float32)
@@ -760,21 +817,24 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         adam = Adam(control, lr * factor)
         measure = similarity_measure(loss, fixed_l, window) if steps[level] else None
         stall = _Stall(tolerance * _SCALES[loss])
+        buffers = StepBuffers()
         for it in range(steps[level]):
             value, grad, sim = objective(control, fixed_l, moving_l, loss, weight, theta=theta,
-                                         full_shape=shape, measure=measure, interp=interp)
+                                         full_shape=shape, measure=measure, interp=interp,
+                                         buffers=buffers)
             adam.step(grad)
             record("deformable", level, it, value, sim)
             if stall(value):
                 break
-        del measure
-    displacement = dense_displacement(control, shape)
-    warped = _sample(pyramid[-1][2], theta, moving_displacement(displacement, theta, shape),
-                     shape, interp)
-    millimetres = displacement[0, ..., ::-1] @ fixed_affine[:3, :3].T.astype(np.float32)
-    return RegistrationResult(frame.transform(params), np.ascontiguousarray(millimetres),
-                              warped, control, history, fixed_affine, moving_affine,
-                              moving.shape, theta, displacement)
+        del measure, buffers
+    warped = _sample(pyramid[-1][2], theta, dense_displacement(
+        control @ _moving_linear(theta, shape, control.dtype).T, shape), shape, interp)
+    # d in mm: the voxels' (i, j, k) map to world axes, on the control points (linear)
+    millimetres = dense_displacement(
+        np.ascontiguousarray(control[..., ::-1]) @ fixed_affine[:3, :3].T.astype(np.float32),
+        shape)[0]
+    return RegistrationResult(frame.transform(params), millimetres, warped, control, history,
+                              fixed_affine, moving_affine, moving.shape, theta, shape)
 
 
 def resample(fixed_shape: Sequence[int], fixed_affine: npt.ArrayLike, moving: np.ndarray,

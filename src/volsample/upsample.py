@@ -63,7 +63,8 @@ def backward_workspace_nbytes(grad_output_shape: Sequence[int], input_size: Sequ
 
 def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = None,
                           scale_factor: float | Sequence[float] | None = None,
-                          align_corners: bool = False, *, layout: str = "NCDHW") -> np.ndarray:
+                          align_corners: bool = False, *, layout: str = "NCDHW",
+                          out: np.ndarray | None = None) -> np.ndarray:
     """Resize a volume by trilinear interpolation.
 
     Parameters
@@ -80,6 +81,9 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
         then ignored for the coordinate map); False: their outer edges do.
     layout : {"NCDHW", "NDHWC"}
         Memory order of ``input`` and of the result.
+    out : ndarray, optional
+        Where to write the result (C-contiguous in ``layout``, of the result's shape and
+        dtype), e.g. the previous step's, so that a loop allocates nothing; it is returned.
 
     Returns
     -------
@@ -104,9 +108,14 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
     input = _checks.ndarray("input", input)
     call = _calls.upsample(_calls.operand("input", input), size, scale_factor, align_corners,
                            layout)
-    out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
+    given = out
+    if out is None:
+        out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
+    else:
+        out = _layout.logical(_checks.out_array("out", out, _layout.physical_shape(
+            call.output_shape, call.layout), call.dtype), call.layout)
     _backend.forward(call, _layout.logical(input, call.layout), out)
-    return _layout.physical(out, call.layout)
+    return given if given is not None else _layout.physical(out, call.layout)
 
 
 def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence[int],

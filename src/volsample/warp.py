@@ -34,7 +34,8 @@ def _operand(name, array):
 def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
             displacement: np.ndarray | None = None, size: Sequence[int] | None = None,
             mode: str = "bilinear", padding_mode: str = "zeros", align_corners: bool = False, *,
-            layout: str = "NCDHW", displacement_units: str = "normalized") -> np.ndarray:
+            layout: str = "NCDHW", displacement_units: str = "normalized",
+            out: np.ndarray | None = None) -> np.ndarray:
     """Sample a volume at an affine map plus a displacement, ``A x + u(x)``, with no grid.
 
     The result is what ``grid_sample_3d(input, grid, mode, padding_mode, align_corners)``
@@ -59,6 +60,9 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
         "normalized": the grid's units (2 spans the volume). "voxels": voxels of
         ``input`` (VoxelMorph's and MONAI's fields): ``u`` voxels along x are
         ``u * 2 / (Wi - 1)`` normalised units with align_corners, ``u * 2 / Wi`` without.
+    out : ndarray, optional
+        Where to write the result (C-contiguous, of the result's shape and dtype), e.g. the
+        previous step's, so that a loop allocates nothing; it is returned.
 
     ``theta`` and ``displacement`` share a dtype: ``input``'s, or float32/float64 beside
     a 16-bit or integer ``input``.
@@ -89,17 +93,23 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp(ops[0], ops[1], ops[2], size, mode, padding_mode, align_corners, units,
                        layout, labels=True, cubic=True)
-    out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
+    given = out
+    if out is None:
+        out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
+    else:
+        out = _layout.logical(_checks.out_array("out", out, _layout.physical_shape(
+            call.output_shape, call.layout), call.dtype), call.layout)
     _backend.forward(call, _layout.logical(a["input"], call.layout), a["theta"],
                      a["displacement"], out)
-    return _layout.physical(out, call.layout)
+    return given if given is not None else _layout.physical(out, call.layout)
 
 
 def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarray | None = None,
                      displacement: np.ndarray | None = None, mode: str = "bilinear",
                      padding_mode: str = "zeros", align_corners: bool = False,
                      output_mask: Sequence[bool] = (True, True, True), *,
-                     layout: str = "NCDHW", displacement_units: str = "normalized"
+                     layout: str = "NCDHW", displacement_units: str = "normalized",
+                     grad_displacement_out: np.ndarray | None = None
                      ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
     """Gradients of ``warp_3d`` with respect to ``input``, ``theta`` and ``displacement``.
 
@@ -113,6 +123,9 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     output_mask : (bool, bool, bool)
         Which of (grad_input, grad_theta, grad_displacement) to compute; one not asked for,
         or of an operand that is None, is returned as None and costs nothing.
+    grad_displacement_out : ndarray, optional
+        Where to write grad_displacement (the displacement's shape and dtype, any strides:
+        e.g. a part of a larger field), when it is asked for; it is returned.
 
     Returns
     -------
@@ -138,9 +151,15 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     grad_input = (_layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
                   if want_input else None)
     grad_theta = np.empty(call.theta_shape, call.coord_dtype) if want_theta else None
-    grad_displacement = (_layout.aligned_empty(call.grid_shape, call.coord_dtype,
-                                               name="grad_displacement")
-                         if want_displacement else None)
+    if not want_displacement:
+        grad_displacement = None
+    elif grad_displacement_out is None:
+        grad_displacement = _layout.aligned_empty(call.grid_shape, call.coord_dtype,
+                                                  name="grad_displacement")
+    else:
+        grad_displacement = _checks.out_array("grad_displacement_out", grad_displacement_out,
+                                              call.grid_shape, call.coord_dtype,
+                                              contiguous=False)
     _backend.backward(call, _layout.logical(a["grad_output"], call.layout),
                       _layout.logical(a["input"], call.layout), a["theta"], a["displacement"],
                       grad_input, grad_theta, grad_displacement)

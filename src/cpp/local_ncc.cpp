@@ -1,0 +1,190 @@
+// Box sums and the local NCC with its gradient (local_ncc.h), separable and in place.
+//
+// A window sum is taken along D first (plane by plane, straight from the inputs), then
+// within each (H, W) plane along W and H. Every sum adds its window's terms in increasing
+// index order, whatever the ISA or thread count, so the results are the same bits for all.
+// Threads share planes: each pass writes only its own planes of its output and reads
+// planes that no task of that pass writes, so no pass races.
+#include "local_ncc.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace vs {
+namespace VS_ISA {
+namespace {
+
+struct Shape {
+  int64_t D, H, W;
+  int64_t plane() const { return H * W; }
+};
+
+Shape shape_of(const Strided& s) { return {s.shape[0], s.shape[1], s.shape[2]}; }
+
+int64_t first(int64_t i, int r) { return std::max<int64_t>(i - r, 0); }
+int64_t last(int64_t i, int r, int64_t n) { return std::min<int64_t>(i + r, n - 1); }
+
+// 1 / (the number of voxels of each window along an axis of n voxels).
+template <class T>
+std::vector<T> inverse_counts(int64_t n, int r) {
+  std::vector<T> inverse(n);
+  for (int64_t i = 0; i < n; ++i) inverse[i] = T(1) / T(last(i, r, n) - first(i, r) + 1);
+  return inverse;
+}
+
+// One row's window sums along W, in -> out. The inner windows go shift by shift over the
+// row (vectorisable), the ones cut by the ends one by one; both add in index order.
+template <class T>
+void box_row(const T* in, T* out, int64_t W, int r) {
+  const int64_t inner_begin = std::min<int64_t>(r, W);
+  const int64_t inner_end = std::max<int64_t>(W - r, inner_begin);
+  for (int64_t x = inner_begin; x < inner_end; ++x) out[x] = in[x - r];
+  for (int k = 1 - r; k <= r; ++k)
+    for (int64_t x = inner_begin; x < inner_end; ++x) out[x] += in[x + k];
+  auto cut = [&](int64_t begin, int64_t end) {
+    for (int64_t x = begin; x < end; ++x) {
+      T s = in[first(x, r)];
+      for (int64_t k = first(x, r) + 1; k <= last(x, r, W); ++k) s += in[k];
+      out[x] = s;
+    }
+  };
+  cut(0, inner_begin);
+  cut(inner_end, W);
+}
+
+// The window sums of one (H, W) plane, in place; scratch holds a plane.
+template <class T>
+void box_plane(T* plane, T* scratch, const Shape& s, int r) {
+  for (int64_t y = 0; y < s.H; ++y) box_row(plane + y * s.W, scratch + y * s.W, s.W, r);
+  for (int64_t y = 0; y < s.H; ++y) {
+    T* out = plane + y * s.W;
+    const T* top = scratch + first(y, r) * s.W;
+    for (int64_t x = 0; x < s.W; ++x) out[x] = top[x];
+    for (int64_t k = first(y, r) + 1; k <= last(y, r, s.H); ++k) {
+      const T* row = scratch + k * s.W;
+      for (int64_t x = 0; x < s.W; ++x) out[x] += row[x];
+    }
+  }
+}
+
+// out's plane z = the sum of planes first(z)..last(z) of term(plane k, point p).
+template <class T, class Term>
+void sum_along_d(T* out, int64_t z, const Shape& s, int r, Term term) {
+  const int64_t n = s.plane();
+  const int64_t k0 = first(z, r);
+  for (int64_t p = 0; p < n; ++p) out[p] = term(k0 * n + p);
+  for (int64_t k = k0 + 1; k <= last(z, r, s.D); ++k)
+    for (int64_t p = 0; p < n; ++p) out[p] += term(k * n + p);
+}
+
+template <class T>
+void box_sum_of(const BoxSumArgs& a) {
+  const Shape s = shape_of(a.volume);
+  const T* in = a.volume.ptr<T>();
+  T* out = a.out.ptr<T>();
+#pragma omp parallel num_threads(a.threads)
+  {
+    std::vector<T> scratch(s.plane());
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t z = 0; z < s.D; ++z) {
+      T* plane = out + z * s.plane();
+      sum_along_d(plane, z, s, a.radius, [in](int64_t i) { return in[i]; });
+      box_plane(plane, scratch.data(), s, a.radius);
+    }
+  }
+}
+
+template <class T>
+double local_ncc_of(const LocalNccArgs& a) {
+  const Shape s = shape_of(a.fixed);
+  const int64_t n = s.plane(), volume = s.D * n;
+  const int r = a.radius;
+  const T* F = a.fixed.ptr<T>();
+  const T* F_sum = a.fixed_sum.ptr<T>();
+  const T* F_var = a.fixed_var.ptr<T>();
+  const T* J = a.warped.ptr<T>();
+  // the window sums of J, J^2 and F J; where a gradient is wanted, each plane's then
+  // become d(loss)/d(those sums) in the same place
+  T* sum_J = a.work.ptr<T>();
+  T* sum_JJ = sum_J + volume;
+  T* sum_FJ = sum_JJ + volume;
+  T* grad = a.grad.empty() ? nullptr : a.grad.ptr<T>();
+  const std::vector<T> inverse_d = inverse_counts<T>(s.D, r), inverse_h = inverse_counts<T>(s.H, r),
+                           inverse_w = inverse_counts<T>(s.W, r);
+  const T eps = T(a.eps), scale = T(a.grad_scale);
+  std::vector<double> plane_sums(s.D);
+#pragma omp parallel num_threads(a.threads)
+  {
+    std::vector<T> scratch(n);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t z = 0; z < s.D; ++z) {
+      const int64_t o = z * n;
+      sum_along_d(sum_J + o, z, s, r, [J](int64_t i) { return J[i]; });
+      sum_along_d(sum_JJ + o, z, s, r, [J](int64_t i) { return J[i] * J[i]; });
+      sum_along_d(sum_FJ + o, z, s, r, [F, J](int64_t i) { return F[i] * J[i]; });
+      for (T* sums : {sum_J, sum_JJ, sum_FJ}) box_plane(sums + o, scratch.data(), s, r);
+      T* cc = scratch.data();
+      for (int64_t y = 0; y < s.H; ++y) {
+        const T inverse_dh = inverse_d[z] * inverse_h[y];
+        for (int64_t x = 0; x < s.W; ++x) {
+          const int64_t i = o + y * s.W + x;
+          const T inverse = inverse_dh * inverse_w[x];
+          const T mean_J = sum_J[i] * inverse;
+          const T cross = sum_FJ[i] - F_sum[i] * mean_J;
+          const T J_var = sum_JJ[i] - sum_J[i] * mean_J;
+          const T reciprocal = T(1) / (F_var[i] * J_var + eps);
+          cc[y * s.W + x] = cross * cross * reciprocal;
+          if (grad) {
+            const T d_cross = T(2) * scale * cross * reciprocal;
+            const T d_J_var = -scale * cc[y * s.W + x] * reciprocal * F_var[i];
+            sum_J[i] = -inverse * (d_cross * F_sum[i] + T(2) * d_J_var * sum_J[i]);
+            sum_JJ[i] = d_J_var;
+            sum_FJ[i] = d_cross;
+          }
+        }
+      }
+      double total = 0.0;
+      for (int64_t p = 0; p < n; ++p) total += cc[p];
+      plane_sums[z] = total;
+    }
+    if (grad) {
+      // back through the window sums (a box sum is its own adjoint): first within planes...
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t z = 0; z < s.D; ++z)
+        for (T* sums : {sum_J, sum_JJ, sum_FJ}) box_plane(sums + z * n, scratch.data(), s, r);
+      // ...then along D, into d(loss)/dJ = box(d_J_sum) + 2 J box(d_J_var) + F box(d_cross)
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t z = 0; z < s.D; ++z) {
+        const int64_t o = z * n;
+        T* g = grad + o;
+        T* along = scratch.data();
+        sum_along_d(g, z, s, r, [sum_J](int64_t i) { return sum_J[i]; });
+        sum_along_d(along, z, s, r, [sum_JJ](int64_t i) { return sum_JJ[i]; });
+        for (int64_t p = 0; p < n; ++p) g[p] += T(2) * J[o + p] * along[p];
+        sum_along_d(along, z, s, r, [sum_FJ](int64_t i) { return sum_FJ[i]; });
+        for (int64_t p = 0; p < n; ++p) g[p] += F[o + p] * along[p];
+      }
+    }
+  }
+  double total = 0.0;
+  for (double plane : plane_sums) total += plane;
+  return volume ? total / double(volume) : 0.0;
+}
+
+}  // namespace
+
+void box_sum(const BoxSumArgs& a) {
+  if (a.volume.dtype == DType::float64)
+    box_sum_of<double>(a);
+  else
+    box_sum_of<float>(a);
+}
+
+double local_ncc(const LocalNccArgs& a) {
+  return a.fixed.dtype == DType::float64 ? local_ncc_of<double>(a) : local_ncc_of<float>(a);
+}
+
+}  // namespace VS_ISA
+}  // namespace vs
