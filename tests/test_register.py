@@ -217,6 +217,17 @@ def test_dice_and_deformation_error_exact_cases():
     a[1] = 2  # label 2: identical, four voxels
     b[1] = 2
     assert registration.dice(a, b) == pytest.approx((2 * 1 / 3 + 1) / 2)
+    # the counting path (small integer ranges) and the per-label one agree; labels <= 0
+    # and labels absent from both maps do not count
+    rng = np.random.default_rng(70)
+    x, y = rng.integers(-2, 6, (9, 10, 11)), rng.integers(-2, 6, (9, 10, 11))
+    y[y == 4] = 5  # label 4 only in x
+    expected = np.mean([2 * np.sum((x == k) & (y == k)) / (np.sum(x == k) + np.sum(y == k))
+                        for k in (1, 2, 3, 4, 5)])
+    assert registration.dice(x.astype(np.int16), y.astype(np.int16)) == pytest.approx(expected)
+    assert registration.dice(x.astype(np.float32), y.astype(np.float32)) == pytest.approx(expected)
+    wide = x.astype(np.int32) * 100_000  # a range too wide to count: per label
+    assert registration.dice(wide, y.astype(np.int32) * 100_000) == pytest.approx(expected)
     truth = np.zeros((2, 2, 2, 3))
     found = np.zeros((2, 2, 2, 3))
     found[..., 0], found[..., 1] = 3, 4  # 5 voxels off everywhere

@@ -210,10 +210,23 @@ def blur(volume: np.ndarray, radius: int, passes: int = 2) -> np.ndarray:
     """Local mean over (2 radius + 1)^3 windows, ``passes`` times (close to a Gaussian of
     variance ``passes * radius * (radius + 1) / 3`` per axis); windows cut at the border
     average what they hold."""
-    counts = box_sum(np.ones_like(volume), radius)
+    inverse = _inverse_counts(volume.shape, radius, volume.dtype)
     for _ in range(passes):
-        volume = box_sum(volume, radius) / counts
+        volume = box_sum(volume, radius)
+        volume *= inverse
     return volume
+
+
+def _inverse_counts(shape: Sequence[int], radius: int, dtype) -> np.ndarray:
+    """1 / (the number of voxels in each voxel's window, cut at the border), broadcast
+    from one factor per axis (the counts are separable)."""
+    inverse = np.ones((1, 1, 1), dtype)
+    for axis, n in enumerate(shape):
+        index = np.arange(n)
+        count = (np.minimum(index + radius, n - 1) - np.maximum(index - radius, 0) + 1)
+        inverse = inverse * (1 / count.astype(dtype)).reshape(
+            [-1 if a == axis else 1 for a in range(3)])
+    return inverse
 
 
 class MeanSquares:
@@ -263,14 +276,7 @@ class LocalNCC:
         self.full_shape = fixed.shape
         self.box = _varying_box(fixed, 2 * self.radius) if crop else _WHOLE
         F = self.fixed = np.ascontiguousarray(fixed[self.box])
-        # window counts are separable: a product of one count per axis, broadcast
-        inverse_count = np.ones((1, 1, 1), F.dtype)
-        for axis, n in enumerate(F.shape):
-            index = np.arange(n)
-            count = (np.minimum(index + self.radius, n - 1) - np.maximum(index - self.radius, 0)
-                     + 1).astype(F.dtype)
-            inverse_count = inverse_count * (1 / count).reshape(
-                [-1 if a == axis else 1 for a in range(3)])
+        inverse_count = _inverse_counts(F.shape, self.radius, F.dtype)
         self.F_sum = box_sum(F, self.radius)
         square = np.multiply(F, F)
         self.F_var = box_sum(square, self.radius)
@@ -906,6 +912,21 @@ def _halve(volume):
 
 def dice(a: np.ndarray, b: np.ndarray) -> float:
     """Mean Dice overlap of two label maps over the labels > 0 present in either."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub" and a.size:
+        # integer maps: counts per label in three passes (bincount), not three per label
+        low = min(int(a.min()), int(b.min()))
+        size = max(int(a.max()), int(b.max())) - low + 1
+        if size <= 1 << 16:
+            def count(x):
+                return np.bincount((x.astype(np.int64) - low).ravel(), minlength=size)
+            in_a, in_b, in_both = count(a), count(b), count(a[a == b])
+            labels = np.arange(low, low + size)
+            keep = (labels > 0) & (in_a + in_b > 0)
+            if not keep.any():
+                raise InvalidArgumentError(
+                    "dice: expected label maps with some label > 0, got none")
+            return float(np.mean(2 * in_both[keep] / (in_a[keep] + in_b[keep])))
     labels = np.union1d(np.unique(a), np.unique(b))
     labels = labels[labels > 0]
     if labels.size == 0:
