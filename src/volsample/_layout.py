@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 
+from . import _checks
 from ._errors import InvalidArgumentError, OutputTooLargeError
 
 _TO_LOGICAL = {"NCDHW": (0, 1, 2, 3, 4), "NDHWC": (0, 4, 1, 2, 3)}
@@ -61,6 +62,18 @@ def empty(logical_shape_, dtype, layout: str, zero: bool = False, *,
     logical view (``aligned_empty``; ``name`` is the result's, for its error)."""
     return logical(aligned_empty(physical_shape(logical_shape_, layout), dtype, zero,
                                  name=name), layout)
+
+
+def result(call, out, name: str = "out") -> tuple[np.ndarray, np.ndarray]:
+    """Where a call writes its result (in the logical layout) and what it returns: a new
+    array, or the caller's ``out``, checked against the result's physical shape and dtype
+    and returned as given."""
+    if out is None:
+        fresh = empty(call.output_shape, call.dtype, call.layout, name="output")
+        return fresh, physical(fresh, call.layout)
+    given = _checks.out_array(name, out, physical_shape(call.output_shape, call.layout),
+                              call.dtype)
+    return logical(given, call.layout), given
 
 
 @functools.cache

@@ -108,14 +108,9 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
     input = _checks.ndarray("input", input)
     call = _calls.upsample(_calls.operand("input", input), size, scale_factor, align_corners,
                            layout)
-    given = out
-    if out is None:
-        out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
-    else:
-        out = _layout.logical(_checks.out_array("out", out, _layout.physical_shape(
-            call.output_shape, call.layout), call.dtype), call.layout)
+    out, returned = _layout.result(call, out)
     _backend.forward(call, _layout.logical(input, call.layout), out)
-    return given if given is not None else _layout.physical(out, call.layout)
+    return returned
 
 
 def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence[int],

@@ -93,15 +93,10 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp(ops[0], ops[1], ops[2], size, mode, padding_mode, align_corners, units,
                        layout, labels=True, cubic=True)
-    given = out
-    if out is None:
-        out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
-    else:
-        out = _layout.logical(_checks.out_array("out", out, _layout.physical_shape(
-            call.output_shape, call.layout), call.dtype), call.layout)
+    out, returned = _layout.result(call, out)
     _backend.forward(call, _layout.logical(a["input"], call.layout), a["theta"],
                      a["displacement"], out)
-    return given if given is not None else _layout.physical(out, call.layout)
+    return returned
 
 
 def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarray | None = None,
