@@ -31,6 +31,16 @@ UpsampleArgs upsample_args(nb::handle src, nb::handle dst, bool channels_last,
   return a;
 }
 
+// The kernel table's `kernel` run on a prepared call placed on the memory at src and dst.
+void run_prepared(void (*KernelTable::*kernel)(const UpsampleArgs&), const UpsampleArgs& prepared,
+                  uintptr_t src, uintptr_t dst) {
+  UpsampleArgs a = prepared;
+  place(a.src, src);
+  place(a.dst, dst);
+  nb::gil_scoped_release release;
+  (active_kernels().*kernel)(a);
+}
+
 void unpack(const Shape& s, int64_t* out) {
   out[0] = std::get<0>(s), out[1] = std::get<1>(s), out[2] = std::get<2>(s);
   out[3] = std::get<3>(s), out[4] = std::get<4>(s);
@@ -91,21 +101,13 @@ void bind_upsample(nb::module_& m) {
       .def(
           "forward",
           [](const UpsampleArgs& prepared, uintptr_t src, uintptr_t dst) {
-            UpsampleArgs a = prepared;
-            place(a.src, src);
-            place(a.dst, dst);
-            nb::gil_scoped_release release;
-            active_kernels().upsample_forward(a);
+            run_prepared(&KernelTable::upsample_forward, prepared, src, dst);
           },
           nb::arg("src"), nb::arg("dst"), "The forward map from src into dst, at these addresses.")
       .def(
           "backward",
           [](const UpsampleArgs& prepared, uintptr_t src, uintptr_t dst) {
-            UpsampleArgs a = prepared;
-            place(a.src, src);
-            place(a.dst, dst);
-            nb::gil_scoped_release release;
-            active_kernels().upsample_backward(a);
+            run_prepared(&KernelTable::upsample_backward, prepared, src, dst);
           },
           nb::arg("src"), nb::arg("dst"), "The adjoint map from src into dst, at these addresses.");
   m.def(

@@ -448,14 +448,21 @@ struct Backward {
     const int64_t chunks = p.grad_rows.empty() ? 0 : int64_t(p.grad_rows.size()) - 1;
     const int64_t tasks = slabs + chunks;
     const bool slabs_do_grid = sink.wanted() && chunks == 0;
-#pragma omp parallel num_threads(std::max<int>(1, std::min<int64_t>(a.threads, tasks)))
+    auto task = [&](int64_t t, RowWork& work) {
+      if (t < slabs) slab(p, t, slabs_do_grid, work);
+      else gradient_rows(p.grad_rows[t - slabs], p.grad_rows[t - slabs + 1], work);
+    };
+    const int threads = std::max<int>(1, std::min<int64_t>(a.threads, tasks));
+    if (threads == 1) {  // no OpenMP region: its set-up weighs on a small call
+      RowWork work(g.Wo, g.C);
+      for (int64_t t = 0; t < tasks; ++t) task(t, work);
+      return;
+    }
+#pragma omp parallel num_threads(threads)
     {
       RowWork work(g.Wo, g.C);
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t t = 0; t < tasks; ++t) {
-        if (t < slabs) slab(p, t, slabs_do_grid, work);
-        else gradient_rows(p.grad_rows[t - slabs], p.grad_rows[t - slabs + 1], work);
-      }
+      for (int64_t t = 0; t < tasks; ++t) task(t, work);
     }
   }
 };

@@ -152,22 +152,34 @@ struct Forward {
     }
   }
 
+  // Output rows [begin, end), on the calling thread's buffers.
+  void rows(int64_t begin, int64_t end, RowCoords<T>& r,
+            std::vector<Trilinear<V>>& samplers) const {
+    for (int64_t i = begin; i < end; ++i) {
+      const Row row(i, g);
+      source.fill(row, g, r);
+      if constexpr (MODE == NEAREST) nearest_row(r, row);
+      else if constexpr (is_cubic(MODE)) cubic_row(r, row);
+      else trilinear_row(r, row, samplers);
+    }
+  }
+
   void run() const {
     const int64_t chunks = chunks_for(g.rows, a.threads);
+    if (a.threads == 1) {  // no OpenMP region: its set-up weighs on a small call
+      RowCoords<T> r(g.Wo);
+      std::vector<Trilinear<V>> samplers(MODE == BILINEAR ? blocks : 0);
+      rows(0, g.rows, r, samplers);
+      if (streamed) stream_fence();
+      return;
+    }
 #pragma omp parallel num_threads(a.threads)
     {
       RowCoords<T> r(g.Wo);
       std::vector<Trilinear<V>> samplers(MODE == BILINEAR ? blocks : 0);
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t chunk = 0; chunk < chunks; ++chunk) {  // a chunk writes only its own rows
-        for (int64_t i = chunk * g.rows / chunks; i < (chunk + 1) * g.rows / chunks; ++i) {
-          const Row row(i, g);
-          source.fill(row, g, r);
-          if constexpr (MODE == NEAREST) nearest_row(r, row);
-          else if constexpr (is_cubic(MODE)) cubic_row(r, row);
-          else trilinear_row(r, row, samplers);
-        }
-      }
+      for (int64_t chunk = 0; chunk < chunks; ++chunk)  // a chunk writes only its own rows
+        rows(chunk * g.rows / chunks, (chunk + 1) * g.rows / chunks, r, samplers);
       if (streamed) stream_fence();
     }
   }

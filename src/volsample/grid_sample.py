@@ -6,6 +6,7 @@ description (``_calls``), which the C++ backend runs. Semantics: docs/semantics.
 """
 from __future__ import annotations
 
+import atexit
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -99,6 +100,7 @@ class _PreparedForward(NamedTuple):
 # its checks before runs its prepared kernel on the new arrays' memory, with no check,
 # description or view made again (an 8^3 call's door cost more than its kernel).
 _PREPARED_FORWARDS: dict = {}
+atexit.register(_PREPARED_FORWARDS.clear)  # before the extension goes (else nanobind warns)
 
 
 def _remember(key, prepared: _PreparedForward) -> None:
