@@ -733,16 +733,14 @@ def _backward_points_kernel(
 
 
 @triton.jit
-def _gather_cell(acc, base, ex, ey, ez, D, H, W, gout, order, coords, go_offsets, starts,
-                 vmask, c, cmask, sgoC, MODE: tl.constexpr, COMPUTE: tl.constexpr,
+def _gather_cell(acc, ex, ey, ez, n, z, y, x, D, H, W, gout, order, coords, go_offsets,
+                 starts, vmask, c, cmask, sgoC, MODE: tl.constexpr, COMPUTE: tl.constexpr,
                  INDEX: tl.constexpr):
     """``acc`` plus the terms of the points of the cell at offset (ex, ey, ez) from each
-    voxel's own cell ``base``, in point order: grad_output times the voxel's weight, from
-    the values the keys pass stored per point in ``coords`` (bilinear: the padded
-    coordinates, the cubic modes: per axis the summed weights of the window's voxels).
-    The cell's id is ``base`` plus the offset's, one scalar: the voxels' coordinates need
-    not live through the cells (ptxas spilled them)."""
-    cell = base + _cell_id(tl.full((), 0, INDEX), ez, ey, ex, D, H, W, MODE)
+    voxel (z, y, x), in point order: grad_output times the voxel's weight, from the
+    values the keys pass stored per point in ``coords`` (bilinear: the padded coordinates,
+    the cubic modes: per axis the summed weights of the window's voxels)."""
+    cell = _cell_id(n, z + ez, y + ey, x + ex, D, H, W, MODE)
     first = tl.load(starts + cell, mask=vmask, other=0).to(INDEX)
     end = tl.load(starts + cell + 1, mask=vmask, other=0).to(INDEX)
     for j in range(tl.max(end - first)):
@@ -784,21 +782,20 @@ def _gather_input_grad_kernel(
     c = (pid % CHUNKS) * BLOCK_C + tl.arange(0, BLOCK_C).to(INDEX)
     cmask = c < C
     z, y, x = split_spatial(v, H, W)
-    base = _cell_id(n, z, y, x, D, H, W, MODE)
     acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
     if MODE == _BICUBIC or MODE == _BSPLINE:
         # Along each axis the voxel is tap 3 - e of the window whose (shifted) low corner
         # lies at its own position + e, e = 0..3.
         for k in range(64):
-            acc = _gather_cell(acc, base, k % 4, (k // 4) % 4, k // 16, D, H, W, gout, order,
-                               coords, go_offsets, starts, vmask, c, cmask, sgoC, MODE,
+            acc = _gather_cell(acc, k % 4, (k // 4) % 4, k // 16, n, z, y, x, D, H, W, gout,
+                               order, coords, go_offsets, starts, vmask, c, cmask, sgoC, MODE,
                                COMPUTE, INDEX)
     else:
         # Bilinear: along each axis the voxel is the high corner of the cell at its own
         # (shifted) position and the low corner of the next cell.
         for k in tl.static_range(1 if MODE == _NEAREST else 8):
-            acc = _gather_cell(acc, base, k & 1, (k >> 1) & 1, k >> 2, D, H, W, gout, order,
-                               coords, go_offsets, starts, vmask, c, cmask, sgoC, MODE,
+            acc = _gather_cell(acc, k & 1, (k >> 1) & 1, k >> 2, n, z, y, x, D, H, W, gout,
+                               order, coords, go_offsets, starts, vmask, c, cmask, sgoC, MODE,
                                COMPUTE, INDEX)
     tl.store(gin + n * giN + v[:, None] * giQ + c[None, :] * giC,
              acc.to(gin.dtype.element_ty), mask=vmask[:, None] & cmask[None, :])
