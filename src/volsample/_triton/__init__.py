@@ -97,8 +97,9 @@ def divmod_index(x, d):
         q = tl.cast(tl.cast(x, tl.float64) * inverse, tl.int64)  # off by at most 1
         r = x - q * d
         q = tl.where(r < 0, q - 1, tl.where(r >= d, q + 1, q))
-        r = tl.where(r < 0, r + d, tl.where(r >= d, r - d, r))
-        return q, r
+        # the remainder of the corrected quotient, not corrected alike: the comparisons
+        # would live on until the remainder is used, and ptxas spills them
+        return q, x - q * d
     return x // d, x % d
 
 

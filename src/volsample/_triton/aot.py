@@ -20,7 +20,7 @@ them: ``strength`` 2 (the full sweep) holds every pair of factor values in some 
 ``strength`` 1 every value; every sweep adds the calls most prone to spills (float64,
 int64 indexing, reflection, every mode, the narrowest and widest tiles, every sink),
 which alone are ``strength`` 0, CI's (they reach every kernel; CI's leave out the cubic
-modes, whose specializations ``--modes bicubic,bspline`` compiles).
+modes, which every other sweep has).
 
 ``compile_all`` compiles each specialization for sm_80 and sm_90 with Triton's compiler
 and ptxas (Triton's on-disk cache keeps the results between runs), and reads from each
@@ -37,7 +37,7 @@ Command line (docs/testing.md, docs/gpu.md)::
                                     [--markdown PATH]
 
 ``--modes`` sweeps grid sampling in those modes alone, and writes its table as a section
-of the markdown file (docs/gpu.md holds the cubic modes' so).
+of the markdown file (docs/gpu.md is the full sweep's, every mode, written whole).
 """
 from __future__ import annotations
 
@@ -98,9 +98,7 @@ def _factors(family: str) -> dict[str, tuple]:
                     run=("forward", "backward"))
     pairs = tuple((v, g) for v in names for g in names
                   if _dtypes.grid_dtype_allowed(_numpy_dtype(v), _numpy_dtype(g)))
-    # Every mode; warps take the cubic ones (4 taps) nowhere yet (_calls.warp refuses them).
-    factors = dict(mode=tuple(m.code for m in MODES.choices
-                              if family == "grid_sample" or m.taps <= 2),
+    factors = dict(mode=tuple(m.code for m in MODES.choices),
                    padding=tuple(PADDINGS.code(n) for n in PADDINGS.names()),
                    align=(False, True), dtypes=pairs, **common)
     if family == "warp":
@@ -197,8 +195,8 @@ def sweep(strength: int, modes: tuple[str, ...] = ()) -> list[tuple[str, dict]]:
             factors["mode"] = tuple(MODES.code(m) for m in modes)
         elif not strength and "mode" in factors:
             # CI's sweep leaves the cubic modes to the others: their 16 specializations
-            # would add about 4 minutes of compiling on 2 busy cores (docs/gpu.md lists
-            # them, from --modes)
+            # would add about 4 minutes of compiling on 2 busy cores (the full sweep, in
+            # docs/gpu.md, has them)
             factors["mode"] = tuple(m for m in factors["mode"] if MODES.of(m).taps <= 2)
         rows = (covering(factors, strength) if strength else []) + _spill_prone(family, factors)
         calls += [(family, row) for row in rows]
@@ -360,7 +358,7 @@ def _run(family: str, row: dict, state: dict) -> None:
         u_op = None if u is None else op("displacement", u)
         if run == "forward":
             call = _calls.warp(op("input", x), theta_op, u_op, size_out, *codes, row["units"],
-                               shape_order="NCDHW", layout=_common.layout(x))
+                               shape_order="NCDHW", layout=_common.layout(x), cubic=True)
             warp.forward(call, x, theta, u)
         else:
             mask = tuple(m and t is not None for m, t in zip(run[1], (x, theta, u)))
@@ -368,7 +366,7 @@ def _run(family: str, row: dict, state: dict) -> None:
                 return
             call = _calls.warp_backward(op("grad_output", go), op("input", x), theta_op, u_op,
                                         *codes, row["units"], mask, shape_order="NCDHW",
-                                        layout=_common.layout(x))
+                                        layout=_common.layout(x), cubic=True)
             warp.backward(call, go, x, theta, u, run[2])
     finally:
         vt._INT32_LIMIT = limit

@@ -698,8 +698,10 @@ def _backward_points_kernel(
                 tl.store(row + 1, fy.to(dtype), mask=pmask)
                 tl.store(row + 2, fz.to(dtype), mask=pmask)
             if THETA_GRAD:
+                # masked by ``valid``, live here anyway (pmask would be spilled); the
+                # points it leaves out add gx = gy = gz = 0
                 _store_theta_terms(grad_theta + 12 * tl.program_id(0).to(INDEX), gx, gy, gz,
-                                   table, q, pmask, Ho, Wo)
+                                   table, q, valid, Ho, Wo)
     if KEYS:
         if MODE == _BICUBIC or MODE == _BSPLINE:  # keyed by the low corner of its window
             voxels, reads, weights, _ = fp
