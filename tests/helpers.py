@@ -73,8 +73,8 @@ class KernelRuns:
     forgotten first, so that each is prepared again)."""
 
     def __init__(self, monkeypatch, module, name):
-        from volsample.torch import _common
-        _common.forget_prepared_calls()
+        from volsample import _calls
+        _calls.forget_prepared_calls()
         self.calls = 0
         launch, prepare = getattr(module, name), getattr(module, f"prepare_{name}", None)
 

@@ -177,7 +177,7 @@ def test_grid_sample_gradcheck(mode, padding_mode, align_corners):
 @pytest.mark.parametrize("input_grad,grid_grad", [(True, False), (False, True), (True, True)])
 def test_only_the_gradients_asked_for_are_computed(monkeypatch, input_grad, grid_grad):
     masks = []
-    _common.forget_prepared_calls()  # prepared afresh, so that the spies see them
+    _calls.forget_prepared_calls()  # prepared afresh, so that the spies see them
     for name in ("prepare_backward", "backward"):  # the kernel runs what either was asked
         real = getattr(cpu_grid_sample, name)
 
@@ -399,7 +399,7 @@ def test_ops_pass_tensor_memory_both_ways(monkeypatch, dtype, fmt):
     grid = torch.rand(1, 3, 4, 5, 3).to(dtype) * 2 - 1
     go = in_format(torch.randn(1, 4, 3, 4, 5).to(dtype), fmt)
     go_up = in_format(torch.randn(1, 4, 10, 12, 14).to(dtype), fmt)
-    _common.forget_prepared_calls()  # prepared afresh, so that the spies see them
+    _calls.forget_prepared_calls()  # prepared afresh, so that the spies see them
     backward = Spy(monkeypatch, cpu_grid_sample, "backward")
     spies = [Spy(monkeypatch, cpu_grid_sample, "prepare_forward"),
              Spy(monkeypatch, cpu_grid_sample, "prepare_backward"),
@@ -429,7 +429,7 @@ def test_repeated_calls_run_on_their_own_tensors(dtype, fmt):
     # The second and third calls of a shape run the kernels prepared by the first (grid
     # sampling and upsampling, forward and backward): on their own tensors (another offset into a storage too), with the NumPy API's bits, on any
     # thread count.
-    _common.forget_prepared_calls()
+    _calls.forget_prepared_calls()
     storage = torch.randn(3 * 2 * 4 * 5 * 6 * 7 + 3, dtype=torch.float64).to(dtype)
     volumes = [in_format(storage[k * 2 * 4 * 5 * 6 * 7 + k:][:2 * 4 * 5 * 6 * 7]
                          .reshape(2, 4, 5, 6, 7), fmt) for k in range(3)]

@@ -15,6 +15,7 @@ echo shapes in that order and spell dtypes as the front door's ``Dialect`` says.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import math
 from dataclasses import dataclass, field
@@ -49,13 +50,40 @@ def memoised(key):
                 pass
             except (TypeError, RuntimeError):  # no key
                 return build(*args, **kwargs)
-            call = build(*args, **kwargs)
-            if len(cache) >= DESCRIPTIONS_KEPT:
-                cache.clear()
-            cache[k] = call
-            return call
+            return remember(cache, k, build(*args, **kwargs))
         return described
     return decorate
+
+
+def remember(cache: dict, key, value):
+    """``cache[key] = value``, the cache emptied first when it holds ``DESCRIPTIONS_KEPT``
+    entries (beyond a training loop's worth of shapes); returns ``value``."""
+    if len(cache) >= DESCRIPTIONS_KEPT:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def prepared_calls() -> dict:
+    """A new cache of a front door's prepared kernels (filled by ``remember``), which
+    ``forget_prepared_calls`` empties."""
+    cache: dict = {}
+    _PREPARED_CALLS.append(cache)
+    return cache
+
+
+_PREPARED_CALLS: list[dict] = []
+
+
+def forget_prepared_calls() -> None:
+    """Prepare every call afresh (tests: a spy on the preparing functions sees them)."""
+    for cache in _PREPARED_CALLS:
+        cache.clear()
+
+
+# The prepared kernels go before the extension module does at exit (else nanobind reports
+# them as leaked instances).
+atexit.register(forget_prepared_calls)
 
 
 def _never() -> bool:

@@ -6,7 +6,6 @@ description (``_calls``), which the C++ backend runs. Semantics: docs/semantics.
 """
 from __future__ import annotations
 
-import atexit
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -85,7 +84,8 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     if key is not None and _backend.preparable(*arrays):
         kernel = _backend.prepare_forward(call, *arrays)
         if kernel is not None:
-            _remember(key, _PreparedForward(kernel, out.shape, out.dtype))
+            _calls.remember(_PREPARED_FORWARDS, key,
+                            _PreparedForward(kernel, out.shape, out.dtype))
     return out
 
 
@@ -99,14 +99,7 @@ class _PreparedForward(NamedTuple):
 # Per arrays' shapes, strides and dtypes, arguments and thread count: a call that passed
 # its checks before runs its prepared kernel on the new arrays' memory, with no check,
 # description or view made again (an 8^3 call's door cost more than its kernel).
-_PREPARED_FORWARDS: dict = {}
-atexit.register(_PREPARED_FORWARDS.clear)  # before the extension goes (else nanobind warns)
-
-
-def _remember(key, prepared: _PreparedForward) -> None:
-    if len(_PREPARED_FORWARDS) >= _calls.DESCRIPTIONS_KEPT:
-        _PREPARED_FORWARDS.clear()
-    _PREPARED_FORWARDS[key] = prepared
+_PREPARED_FORWARDS = _calls.prepared_calls()
 
 
 def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np.ndarray,

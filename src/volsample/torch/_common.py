@@ -9,7 +9,6 @@ through such views. The torch layer adds no copy in either direction.
 """
 from __future__ import annotations
 
-import atexit
 import ctypes
 import functools
 import importlib
@@ -345,8 +344,9 @@ cached_description = _calls.memoised(_call_key)
 _calls.tracing = torch.compiler.is_compiling
 
 
-# Calls the C++ kernels ran before, prepared: each op's CPU kernel keeps, per key of a
-# call's tensors (``tensor_key``), its other arguments and the thread count, the
+# Calls the C++ kernels ran before, prepared: each op's CPU kernel keeps (in a
+# ``_calls.prepared_calls()`` cache), per key of a call's tensors (``tensor_key``), its
+# other arguments and the thread count, the
 # ``_kernels.PreparedGridSample`` (or the like) of its first run and its results' shapes
 # and strides. A repeated call then allocates its results and hands the kernel the
 # tensors' addresses (``const_data_ptr``: copy-on-write inputs stay lazy), with no
@@ -358,37 +358,6 @@ def tensor_key(t: torch.Tensor):
     """What a prepared CPU call depends on of a tensor: its shape, strides and dtype (the
     op's CPU kernel sees CPU tensors only)."""
     return t.shape, t.stride(), t.dtype
-
-
-def prepared_calls() -> dict:
-    """A new cache of prepared calls (``remember``), which ``forget_prepared_calls``
-    empties."""
-    cache: dict = {}
-    _PREPARED_CALLS.append(cache)
-    return cache
-
-
-_PREPARED_CALLS: list[dict] = []
-
-
-def forget_prepared_calls() -> None:
-    """Prepare every call afresh (tests: a spy on the preparing functions sees them)."""
-    for cache in _PREPARED_CALLS:
-        cache.clear()
-
-
-# The prepared kernels go before the extension module does at exit (else nanobind reports
-# them as leaked instances).
-atexit.register(forget_prepared_calls)
-
-
-def remember(prepared: dict, key, value):
-    """``prepared[key] = value``, the oldest calls forgotten beyond a training loop's
-    worth of shapes; returns ``value``."""
-    if len(prepared) >= _calls.DESCRIPTIONS_KEPT:
-        prepared.clear()
-    prepared[key] = value
-    return value
 
 
 def empty_strided(layout, dtype: torch.dtype) -> torch.Tensor:

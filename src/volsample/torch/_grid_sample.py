@@ -85,7 +85,7 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
     return out
 
 
-_PREPARED_FORWARDS = _common.prepared_calls()  # _common.tensor_key's, modes, threads -> _PreparedForward
+_PREPARED_FORWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, threads -> _PreparedForward
 
 
 def _prepare_forward(key, input, grid, *modes) -> _PreparedForward:
@@ -95,7 +95,7 @@ def _prepare_forward(key, input, grid, *modes) -> _PreparedForward:
     out = _common.empty_volume(call.output_shape, input)
     kernel = _cpu.prepare_forward(call, _common.read_only_array(input),
                                   _common.read_only_array(grid), _common.writable_array(out))
-    return _common.remember(_PREPARED_FORWARDS, key,
+    return _calls.remember(_PREPARED_FORWARDS, key,
                             _PreparedForward(kernel, _common.strided_layout(out)))
 
 
@@ -144,7 +144,7 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
     return _returned((grad_input, grad_grid), input, grid)
 
 
-_PREPARED_BACKWARDS = _common.prepared_calls()  # _common.tensor_key's, modes, mask, threads -> _PreparedBackward
+_PREPARED_BACKWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, mask, threads -> _PreparedBackward
 
 
 def _prepare_backward(key, grad_output, input, grid, *modes_and_mask) -> _PreparedBackward:
@@ -154,7 +154,7 @@ def _prepare_backward(key, grad_output, input, grid, *modes_and_mask) -> _Prepar
     kernel = _cpu.prepare_backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
                                    *map(_common.writable_array, gradients))
     layouts = (None if t is None else _common.strided_layout(t) for t in gradients)
-    return _common.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *layouts))
+    return _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *layouts))
 
 
 def _address(t: torch.Tensor | None) -> int:

@@ -68,7 +68,7 @@ def upsample_trilinear3d(input, output_size, align_corners, scales=None):
 def _resample(backward: bool, src, size, align_corners, scales):
     """The CPU kernel of the forward (``src`` the input, ``size`` the output's) or of the
     backward (``src`` grad_output, ``size`` the input's), prepared once per key (see
-    ``_common.remember``)."""
+    ``_calls.remember``)."""
     prepared_calls = _PREPARED_BACKWARDS if backward else _PREPARED_FORWARDS
     key = (_common.tensor_key(src), *size, align_corners,
            None if scales is None else tuple(scales), _config.get_num_threads())
@@ -78,7 +78,7 @@ def _resample(backward: bool, src, size, align_corners, scales):
         dst = _common.empty_volume(call.input_shape if backward else call.output_shape, src)
         arrays = _common.read_only_array(src), _common.writable_array(dst)
         if prepared is None:
-            prepared = _common.remember(prepared_calls, key, _Prepared(
+            prepared = _calls.remember(prepared_calls, key, _Prepared(
                 (_cpu.prepare_backward if backward else _cpu.prepare_forward)(call, *arrays),
                 _common.strided_layout(dst)))
         if prepared.kernel is None:
@@ -91,8 +91,8 @@ def _resample(backward: bool, src, size, align_corners, scales):
     return dst
 
 
-_PREPARED_FORWARDS = _common.prepared_calls()  # tensor_key, sizes, scales, threads -> _Prepared
-_PREPARED_BACKWARDS = _common.prepared_calls()
+_PREPARED_FORWARDS = _calls.prepared_calls()  # tensor_key, sizes, scales, threads -> _Prepared
+_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 @_common.register_kernel(upsample_trilinear3d, "cuda")
