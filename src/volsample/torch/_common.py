@@ -645,7 +645,7 @@ def call(function, op, *args):
     transform), which costs a Function's context less."""
     if torch.compiler.is_compiling():
         return op(*args)
-    if _forward_ad._current_level >= 0 or torch._C._are_functorch_transforms_active():
+    if forward_ad_active():
         return function.apply(*args)
     if torch.is_grad_enabled():
         for a in args:
