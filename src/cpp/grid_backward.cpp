@@ -14,6 +14,7 @@
 // float32 (float64 beside a float64 grid) and grad_input accumulates in that compute type.
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -113,7 +114,9 @@ struct Backward {
       row = row_;
       w = w_;
       valid = std::min<int64_t>(L, kernel.g.Wo - w);
-      f = F(r, w, kernel.g, kernel.a.padding, kernel.a.align_corners);
+      // Built in place: a copy would re-read the corner masks, written 2 bytes at a time, in
+      // wider loads that wait for those stores to retire (no store forwarding).
+      new (&f) F(r, w, kernel.g, kernel.a.padding, kernel.a.align_corners);
       sum[0] = sum[1] = sum[2] = V(T(0));
       reader.reset();
       const Geometry& g = kernel.g;
@@ -277,7 +280,7 @@ struct Backward {
       row = row_;
       w = w_;
       valid = std::min<int64_t>(L, kernel.g.Wo - w);
-      f = TapFootprint<MODE, V>(r, w, kernel.g, kernel.a.padding, kernel.a.align_corners);
+      new (&f) TapFootprint<MODE, V>(r, w, kernel.g, kernel.a.padding, kernel.a.align_corners);
       sum[0] = sum[1] = sum[2] = V(T(0));
       reader.reset();
       touches = bits_of(f.any()) != 0;
