@@ -722,10 +722,32 @@ def test_local_ncc_box_holds_every_window_that_counts():
     assert cropped.value(warped) == pytest.approx(value, rel=1e-12)  # a full-size volume
 
 
+def test_local_ncc_parts_hold_every_voxel_that_counts(monkeypatch):
+    # The warped volume read only in the slabs (0 elsewhere) gives the same value and
+    # gradient: no window that counts reaches a voxel outside them.
+    monkeypatch.setattr(registration, "_SLAB_PLANES", 4)
+    fixed = _brain_on_flat_background((30, 28, 32), 66)
+    measure = registration.LocalNCC(fixed, 3)
+    inside = np.zeros(measure.fixed.shape, bool)
+    for part in measure.parts:
+        inside[part] = True
+    assert len(measure.parts) > 2 and inside.mean() < 0.9  # the slabs are a part of the box
+    warped = _smooth_volume(fixed.shape, 67)[measure.box]
+    value, grad = measure(np.ascontiguousarray(warped))
+    grad = grad.copy()
+    kept_value, kept_grad = measure(np.where(inside, warped, 0))
+    assert kept_value == value
+    np.testing.assert_array_equal(kept_grad, grad)
+    assert not grad[~inside].any()
+
+
+@pytest.mark.parametrize("slab_planes", [16, 3])
 @pytest.mark.parametrize("stage", ["affine", "deformable"])
-def test_objectives_on_the_ncc_box_match_the_whole_volume(stage, monkeypatch):
-    # The box is sampled through theta times the box's map (and its gradient taken back):
-    # the objective and its gradient are the whole volume's, to round-off.
+def test_objectives_on_the_ncc_box_match_the_whole_volume(stage, slab_planes, monkeypatch):
+    # The box is sampled through theta times the box's map (part by part with slabs of
+    # 3 planes, and its gradient taken back): the objective and its gradient are the
+    # whole volume's, to round-off.
+    monkeypatch.setattr(registration, "_SLAB_PLANES", slab_planes)
     fixed = _brain_on_flat_background((15, 17, 16), 62)
     moving = _smooth_volume((14, 18, 13), 63)
     frame = registration.Frame.of(fixed.shape, np.diag([1.0, 1.1, 0.9, 1.0]), moving.shape,
@@ -744,6 +766,7 @@ def test_objectives_on_the_ncc_box_match_the_whole_volume(stage, monkeypatch):
                 measure=measure, buffers=registration.StepBuffers())
         results.append((value, grad))
     assert np.prod(registration.LocalNCC(fixed, 3).fixed.shape) < 0.7 * fixed.size
+    assert (len(registration.LocalNCC(fixed, 3).parts) > 1) == (slab_planes == 3)
     (value, grad), (expected_value, expected_grad) = results
     assert value == pytest.approx(expected_value, rel=1e-9)
     assert_close("gradient", grad, expected_grad, 1e-7, 1e-9 * np.abs(expected_grad).max())
