@@ -980,17 +980,27 @@ def _halve(volume):
 # ---------------------------------------------------------------------------------------
 
 
+_JOINT_LABELS = 1 << 10  # label ranges counted in one joint histogram (a size^2 table)
+
+
 def dice(a: np.ndarray, b: np.ndarray) -> float:
     """Mean Dice overlap of two label maps over the labels > 0 present in either."""
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype.kind in "iub" and b.dtype.kind in "iub" and a.size:
-        # integer maps: counts per label in three passes (bincount), not three per label
+        # integer maps: counted per label (bincount), not compared label by label
         low = min(int(a.min()), int(b.min()))
         size = max(int(a.max()), int(b.max())) - low + 1
-        if size <= 1 << 16:
+        if size <= _JOINT_LABELS:  # one pass: the (a, b) pairs' histogram
+            index = a.astype(np.intp) * size
+            index += b
+            index -= low * (size + 1)
+            joint = np.bincount(index.ravel(), minlength=size * size).reshape(size, size)
+            in_a, in_b, in_both = joint.sum(1), joint.sum(0), np.diagonal(joint)
+        elif size <= 1 << 16:  # three passes
             def count(x):
                 return np.bincount((x.astype(np.int64) - low).ravel(), minlength=size)
             in_a, in_b, in_both = count(a), count(b), count(a[a == b])
+        if size <= 1 << 16:
             labels = np.arange(low, low + size)
             keep = (labels > 0) & (in_a + in_b > 0)
             if not keep.any():
