@@ -115,12 +115,12 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
 def run_register(args: argparse.Namespace) -> int:
     """Register MOVING to FIXED and write the results under ``--out``."""
     try:
-        fixed = _read(args.fixed, "FIXED")
-        moving = _read(args.moving, "MOVING")
+        fixed, moving, *label_maps = _read_all(
+            [(args.fixed, "FIXED"), (args.moving, "MOVING")]
+            + list(zip(args.labels or (), ("FIXED_LABELS", "MOVING_LABELS"))))
         labels = None
-        if args.labels:
-            labels = tuple(_label_map(_read(path, name)) for path, name in
-                           zip(args.labels, ("FIXED_LABELS", "MOVING_LABELS")))
+        if label_maps:
+            labels = tuple(_label_map(volume) for volume in label_maps)
             _same_grid(fixed, labels[0])
             _same_grid(moving, labels[1])
         iterations = _per_level(args.iterations, args.levels)
@@ -309,6 +309,15 @@ def _read(path, what) -> _Volume:
     if data.dtype.kind == "f" and not np.isfinite(data).all():
         raise CommandError(f"{what}: expected finite values, got NaN or inf in {path!r}")
     return _Volume(os.path.basename(path), data, image)
+
+
+def _read_all(files) -> list[_Volume]:
+    """``_read`` of every (path, what) in ``files``, on threads (gzip inflates without the
+    GIL); the first file's error, if any, is the one raised."""
+    with concurrent.futures.ThreadPoolExecutor(min(len(files), _config.get_num_threads())) \
+            as pool:
+        reading = [pool.submit(_read, path, what) for path, what in files]
+        return [read.result() for read in reading]
 
 
 def _same_grid(volume, labels):
