@@ -236,12 +236,18 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
                                           moving.affine, "nearest")
         dice = (registration.dice(fixed_labels, unaligned),
                 registration.dice(fixed_labels, warped_labels))
-    files = _write_all(out_dir, {name: fixed.like(name, data) for name, data in outputs.items()})
-    _write_affine(os.path.join(out_dir, "affine.txt"), result.transform)
-    files.append("affine.txt")
-    if _write_report(os.path.join(out_dir, "report.png"), fixed_n, before, result.warped,
-                     result.history, loss, similarity):
-        files.append("report.png")
+    _make_folder(out_dir)
+    # the report is drawn on a thread while the volumes are written: their file writes and
+    # deflates leave the GIL to it
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        report = pool.submit(_write_report, os.path.join(out_dir, "report.png"), fixed_n,
+                             before, result.warped, result.history, loss, similarity)
+        files = _write_all(out_dir, {name: fixed.like(name, data)
+                                     for name, data in outputs.items()})
+        _write_affine(os.path.join(out_dir, "affine.txt"), result.transform)
+        files.append("affine.txt")
+        if report.result():
+            files.append("report.png")
     return _Run(result, similarity, dice, files)
 
 
@@ -352,10 +358,17 @@ def _label_map(volume) -> _Volume:
     return dataclasses.replace(volume, data=data)
 
 
-def _write_all(out_dir, volumes) -> list[str]:
-    """Write ``volumes`` in ``out_dir``; their file names."""
+def _make_folder(out_dir):
     try:
         os.makedirs(out_dir, exist_ok=True)
+    except OSError as error:
+        raise CommandError(f"--out: cannot write {out_dir!r}: {error}") from None
+
+
+def _write_all(out_dir, volumes) -> list[str]:
+    """Write ``volumes`` in ``out_dir``; their file names."""
+    _make_folder(out_dir)
+    try:
         for volume in volumes.values():
             path = os.path.join(out_dir, volume.name)
             if volume.image is None:
@@ -439,13 +452,24 @@ class _ParallelGzip(io.RawIOBase):
         return self.position
 
     def write(self, data) -> int:
+        """Chunks go to the threads straight from ``data`` (no copy of it held); only a
+        last partial chunk waits in the buffer for the next write."""
         data = memoryview(data).cast("B")
+        size = len(data)
+        self.position += size
+        if self.buffer:  # complete the chunk that earlier writes began
+            fill = min(size, _GZIP_CHUNK - len(self.buffer))
+            self.buffer += data[:fill]
+            data = data[fill:]
+            if len(self.buffer) < _GZIP_CHUNK:
+                return size
+            self._submit(bytes(self.buffer), last=False)
+            self.buffer = bytearray()
+        while len(data) >= _GZIP_CHUNK:
+            self._submit(bytes(data[:_GZIP_CHUNK]), last=False)
+            data = data[_GZIP_CHUNK:]
         self.buffer += data
-        self.position += len(data)
-        while len(self.buffer) >= _GZIP_CHUNK:
-            self._submit(bytes(self.buffer[:_GZIP_CHUNK]), last=False)
-            del self.buffer[:_GZIP_CHUNK]
-        return len(data)
+        return size
 
     def _submit(self, chunk: bytes, last: bool) -> None:
         self.crc = zlib.crc32(chunk, self.crc)
