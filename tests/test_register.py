@@ -726,6 +726,17 @@ def test_local_ncc_box_holds_every_window_that_counts():
     assert cropped.value(warped) == pytest.approx(value, rel=1e-12)  # a full-size volume
 
 
+def test_local_ncc_box_keeps_planes_that_vary_only_within_themselves():
+    # Planes equal along D (no change between them) that vary within themselves still have
+    # windows that count: the box reaches them.
+    fixed = _brain_on_flat_background((30, 28, 32), 68)
+    fixed[:12] = fixed[15]
+    warped = _smooth_volume(fixed.shape, 69)
+    cropped, whole = (registration.LocalNCC(fixed, 5, crop=crop) for crop in (True, False))
+    assert cropped.box[0].start == 0 and np.prod(cropped.fixed.shape) < fixed.size
+    assert cropped.value(warped) == pytest.approx(whole.value(warped), rel=1e-9)
+
+
 def test_local_ncc_parts_hold_every_voxel_that_counts(monkeypatch):
     # The warped volume read only in the slabs (0 elsewhere) gives the same value and
     # gradient: no window that counts reaches a voxel outside them.

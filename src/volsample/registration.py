@@ -277,9 +277,13 @@ class LocalNCC:
         self.radius = window // 2
         fixed = fixed if fixed.dtype in (np.float32, np.float64) else fixed.astype(np.float64)
         self.full_shape = fixed.shape
-        self.box = _varying_box(fixed, 2 * self.radius) if crop else _WHOLE
+        self.box: tuple[slice, ...] = _WHOLE
+        self.parts: tuple[tuple[slice, ...], ...] = (_WHOLE,)
+        if crop:
+            varying = _varying_voxels(fixed)
+            self.box = _varying_box(varying, 2 * self.radius)
+            self.parts = _slabs(varying[self.box], 2 * self.radius)
         F = self.fixed = np.ascontiguousarray(fixed[self.box])
-        self.parts = _slabs(F, 2 * self.radius) if crop else (_WHOLE,)
         inverse_count = _inverse_counts(F.shape, self.radius, F.dtype)
         self.F_sum = box_sum(F, self.radius)
         square = np.multiply(F, F)
@@ -319,27 +323,6 @@ class LocalNCC:
 _WHOLE = (slice(None),) * 3  # a box of a whole volume
 
 
-def _varying_box(volume: np.ndarray, margin: int) -> tuple[slice, ...]:
-    """The bounding box of the voxels of ``volume`` that differ from a neighbour, grown by
-    ``margin`` voxels per side (at least 2 voxels per axis, within the volume)."""
-    box = []
-    for axis, n in enumerate(volume.shape):
-        step = np.diff(volume, axis=axis) != 0
-        others = tuple(a for a in range(3) if a != axis)
-        changes = np.flatnonzero(step.any(axis=others))  # between i and i + 1
-        if changes.size == 0:  # constant along this axis
-            low, high = 0, n
-        else:
-            low, high = max(0, changes[0] - margin), min(n, changes[-1] + 2 + margin)
-        if high - low < 2:
-            low, high = max(0, min(low, n - 2)), max(2, min(n, low + 2))
-        box.append(slice(int(low), int(high)))
-    return tuple(box)
-
-
-_SLAB_PLANES = 16  # planes per slab of ``_slabs``: fewer, and calls cost more than they save
-
-
 def _varying_voxels(volume: np.ndarray) -> np.ndarray:
     """Where ``volume`` differs from a neighbour along some axis (bool, its shape)."""
     varying = np.zeros(volume.shape, bool)
@@ -350,15 +333,34 @@ def _varying_voxels(volume: np.ndarray) -> np.ndarray:
     return varying
 
 
-def _slabs(volume: np.ndarray, margin: int) -> tuple[tuple[slice, ...], ...]:
-    """Boxes of ``volume`` holding every voxel within ``margin`` voxels (along each axis) of
-    one that differs from a neighbour: slabs of ``_SLAB_PLANES`` planes along D, each cut
-    in (H, W) to the bounding box of such voxels (slabs with none are left out). A brain
-    in its bounding box fills a third of it: the slabs skip a fifth of the box."""
-    D, H, W = volume.shape
+def _varying_box(varying: np.ndarray, margin: int) -> tuple[slice, ...]:
+    """The bounding box of the ``varying`` voxels (``_varying_voxels``), grown by ``margin``
+    voxels per side (at least 2 voxels per axis, within the volume; all of it when none
+    varies)."""
+    box = []
+    for axis, n in enumerate(varying.shape):
+        index = np.flatnonzero(varying.any(axis=tuple(a for a in range(3) if a != axis)))
+        if index.size == 0:  # a constant volume
+            low, high = 0, n
+        else:
+            low, high = max(0, int(index[0]) - margin), min(n, int(index[-1]) + 1 + margin)
+        if high - low < 2:
+            low, high = max(0, min(low, n - 2)), max(2, min(n, low + 2))
+        box.append(slice(low, high))
+    return tuple(box)
+
+
+_SLAB_PLANES = 16  # planes per slab of ``_slabs``: fewer, and calls cost more than they save
+
+
+def _slabs(varying: np.ndarray, margin: int) -> tuple[tuple[slice, ...], ...]:
+    """Boxes of a volume holding every voxel within ``margin`` voxels (along each axis) of
+    a ``varying`` one: slabs of ``_SLAB_PLANES`` planes along D, each cut in (H, W) to the
+    bounding box of such voxels (slabs with none are left out). A brain in its bounding
+    box fills a third of it: the slabs skip a fifth of the box."""
+    D, H, W = varying.shape
     if D < 2 * _SLAB_PLANES:
         return (_WHOLE,)
-    varying = _varying_voxels(volume)
     parts = []
     for low in range(0, D, _SLAB_PLANES):
         high = min(D, low + _SLAB_PLANES)
