@@ -144,6 +144,19 @@ def test_simpleitk_peer_computes_what_volsample_does():
     np.testing.assert_allclose(theirs[inner], ours[inner], rtol=1e-5, atol=1e-5)
 
 
+def test_affiners_peer_computes_what_volsample_does():
+    # affiners is timed on the same work: its transform equals warp_3d's (align_corners=False)
+    # away from the faces (it reads 0 beyond the input's outer voxel centres, not between).
+    pytest.importorskip("affiners")
+    (workload,) = [w for w in bench.suite(shrink=8) if w.name.startswith("warp.fwd affine oasis")]
+    impls = workload.build()
+    ours = impls["volsample"]()
+    (theirs,) = impls["affiners"]()
+    inner = (slice(3, -3),) * 3
+    assert np.abs(ours[0, 0][inner]).max() > 0.1
+    np.testing.assert_allclose(theirs[inner], ours[0, 0][inner], rtol=1e-4, atol=1e-4)
+
+
 def test_volresample_peer_is_the_align_corners_false_grid_sample():
     volresample = pytest.importorskip("volresample")
     import volsample

@@ -226,7 +226,11 @@ def test_dice_and_deformation_error_exact_cases():
                         for k in (1, 2, 3, 4, 5)])
     assert registration.dice(x.astype(np.int16), y.astype(np.int16)) == pytest.approx(expected)
     assert registration.dice(x.astype(np.float32), y.astype(np.float32)) == pytest.approx(expected)
-    wide = x.astype(np.int32) * 100_000  # a range too wide to count: per label
+    # a range counted in three passes (over the joint histogram's), then one too wide to
+    # count: per label
+    spread = x.astype(np.int32) * 500
+    assert registration.dice(spread, y.astype(np.int32) * 500) == pytest.approx(expected)
+    wide = x.astype(np.int32) * 100_000
     assert registration.dice(wide, y.astype(np.int32) * 100_000) == pytest.approx(expected)
     truth = np.zeros((2, 2, 2, 3))
     found = np.zeros((2, 2, 2, 3))
@@ -672,6 +676,32 @@ def test_nifti_gzip_written_on_threads_is_one_gzip_member_of_the_same_bytes(tmp_
     np.testing.assert_array_equal(back.affine, image.affine)
 
 
+@pytest.mark.parametrize("kind", ["noise", "labels"])
+def test_nifti_gzip_stores_what_barely_compresses_and_deflates_the_rest(tmp_path, kind):
+    # Float noise (a field's low mantissa bits) shrinks by under an eighth: stored blocks,
+    # a little over the raw bytes; a label map's runs deflate to a fraction. Both read back.
+    nib = pytest.importorskip("nibabel")
+    from volsample import register as cli_register
+
+    rng = np.random.default_rng(51)
+    shape = (90, 100, 120)  # 4.3 MB of float32: two chunks
+    if kind == "noise":
+        data = rng.standard_normal(shape).astype(np.float32)
+    else:
+        data = np.zeros(shape, np.int16)
+        data[20:70, 30:80, 40:100] = rng.integers(1, 3, (1, 1, 60), dtype=np.int16)
+    image = nib.Nifti1Image(data, np.eye(4))
+    path = tmp_path / "volume.nii.gz"
+    with open(path, "wb") as file, cli_register._ParallelGzip(file) as stream:
+        image.to_stream(stream)
+    size, raw = path.stat().st_size, len(image.to_bytes())
+    if kind == "noise":
+        assert raw < size < raw * 1.01
+    else:
+        assert size < raw / 10
+    np.testing.assert_array_equal(np.asarray(nib.load(path).dataobj), data)
+
+
 def _brain_on_flat_background(shape, seed):
     """A smooth volume inside an ellipsoid, exactly 0 around it (as a skull-stripped
     template is), so that the local NCC's box is a part of the volume."""
@@ -696,10 +726,43 @@ def test_local_ncc_box_holds_every_window_that_counts():
     assert cropped.value(warped) == pytest.approx(value, rel=1e-12)  # a full-size volume
 
 
+def test_local_ncc_box_keeps_planes_that_vary_only_within_themselves():
+    # Planes equal along D (no change between them) that vary within themselves still have
+    # windows that count: the box reaches them.
+    fixed = _brain_on_flat_background((30, 28, 32), 68)
+    fixed[:12] = fixed[15]
+    warped = _smooth_volume(fixed.shape, 69)
+    cropped, whole = (registration.LocalNCC(fixed, 5, crop=crop) for crop in (True, False))
+    assert cropped.box[0].start == 0 and np.prod(cropped.fixed.shape) < fixed.size
+    assert cropped.value(warped) == pytest.approx(whole.value(warped), rel=1e-9)
+
+
+def test_local_ncc_parts_hold_every_voxel_that_counts(monkeypatch):
+    # The warped volume read only in the slabs (0 elsewhere) gives the same value and
+    # gradient: no window that counts reaches a voxel outside them.
+    monkeypatch.setattr(registration, "_SLAB_PLANES", 4)
+    fixed = _brain_on_flat_background((30, 28, 32), 66)
+    measure = registration.LocalNCC(fixed, 3)
+    inside = np.zeros(measure.fixed.shape, bool)
+    for part in measure.parts:
+        inside[part] = True
+    assert len(measure.parts) > 2 and inside.mean() < 0.9  # the slabs are a part of the box
+    warped = _smooth_volume(fixed.shape, 67)[measure.box]
+    value, grad = measure(np.ascontiguousarray(warped))
+    grad = grad.copy()
+    kept_value, kept_grad = measure(np.where(inside, warped, 0))
+    assert kept_value == value
+    np.testing.assert_array_equal(kept_grad, grad)
+    assert not grad[~inside].any()
+
+
+@pytest.mark.parametrize("slab_planes", [16, 3])
 @pytest.mark.parametrize("stage", ["affine", "deformable"])
-def test_objectives_on_the_ncc_box_match_the_whole_volume(stage, monkeypatch):
-    # The box is sampled through theta times the box's map (and its gradient taken back):
-    # the objective and its gradient are the whole volume's, to round-off.
+def test_objectives_on_the_ncc_box_match_the_whole_volume(stage, slab_planes, monkeypatch):
+    # The box is sampled through theta times the box's map (part by part with slabs of
+    # 3 planes, and its gradient taken back): the objective and its gradient are the
+    # whole volume's, to round-off.
+    monkeypatch.setattr(registration, "_SLAB_PLANES", slab_planes)
     fixed = _brain_on_flat_background((15, 17, 16), 62)
     moving = _smooth_volume((14, 18, 13), 63)
     frame = registration.Frame.of(fixed.shape, np.diag([1.0, 1.1, 0.9, 1.0]), moving.shape,
@@ -718,6 +781,7 @@ def test_objectives_on_the_ncc_box_match_the_whole_volume(stage, monkeypatch):
                 measure=measure, buffers=registration.StepBuffers())
         results.append((value, grad))
     assert np.prod(registration.LocalNCC(fixed, 3).fixed.shape) < 0.7 * fixed.size
+    assert (len(registration.LocalNCC(fixed, 3).parts) > 1) == (slab_planes == 3)
     (value, grad), (expected_value, expected_grad) = results
     assert value == pytest.approx(expected_value, rel=1e-9)
     assert_close("gradient", grad, expected_grad, 1e-7, 1e-9 * np.abs(expected_grad).max())

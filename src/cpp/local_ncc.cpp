@@ -79,6 +79,71 @@ void sum_along_d(T* out, int64_t z, const Shape& s, int r, Term term) {
     for (int64_t p = 0; p < n; ++p) out[p] += term(k * n + p);
 }
 
+// Points per block of the fused sums along D below: their partial sums stay in L1 while
+// the planes of the window stream past.
+constexpr int64_t kBlock = 512;
+
+// Plane z of the window sums along D of J, J^2 and F J, in one pass over the window's
+// planes of J and F (each sum adds its terms in index order, as sum_along_d).
+template <class T>
+void sums_along_d(T* __restrict sum_J, T* __restrict sum_JJ, T* __restrict sum_FJ,
+                  const T* __restrict F, const T* __restrict J, int64_t z, const Shape& s,
+                  int r) {
+  const int64_t n = s.plane(), k0 = first(z, r), k1 = last(z, r, s.D), o = z * n;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    const T* Jk = J + k0 * n;
+    const T* Fk = F + k0 * n;
+    for (int64_t p = b; p < e; ++p) {
+      const T j = Jk[p];
+      sum_J[o + p] = j;
+      sum_JJ[o + p] = j * j;
+      sum_FJ[o + p] = Fk[p] * j;
+    }
+    for (int64_t k = k0 + 1; k <= k1; ++k) {
+      Jk = J + k * n;
+      Fk = F + k * n;
+      for (int64_t p = b; p < e; ++p) {
+        const T j = Jk[p];
+        sum_J[o + p] += j;
+        sum_JJ[o + p] += j * j;
+        sum_FJ[o + p] += Fk[p] * j;
+      }
+    }
+  }
+}
+
+// Plane z of d(loss)/dJ = box(d_J_sum) + 2 J box(d_J_var) + F box(d_cross), the window
+// sums along D of the three gradients taken in one pass over their planes.
+template <class T>
+void gradient_along_d(T* __restrict grad, const T* __restrict d_sum, const T* __restrict d_var,
+                      const T* __restrict d_cross, const T* __restrict F,
+                      const T* __restrict J, int64_t z, const Shape& s, int r) {
+  const int64_t n = s.plane(), k0 = first(z, r), k1 = last(z, r, s.D), o = z * n;
+  alignas(64) T var[kBlock];
+  alignas(64) T cross[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    T* g = grad + o + b;
+    const int64_t m = e - b;
+    for (int64_t p = 0; p < m; ++p) {
+      g[p] = d_sum[k0 * n + b + p];
+      var[p] = d_var[k0 * n + b + p];
+      cross[p] = d_cross[k0 * n + b + p];
+    }
+    for (int64_t k = k0 + 1; k <= k1; ++k) {
+      const int64_t q = k * n + b;
+      for (int64_t p = 0; p < m; ++p) {
+        g[p] += d_sum[q + p];
+        var[p] += d_var[q + p];
+        cross[p] += d_cross[q + p];
+      }
+    }
+    for (int64_t p = 0; p < m; ++p) g[p] += T(2) * J[o + b + p] * var[p];
+    for (int64_t p = 0; p < m; ++p) g[p] += F[o + b + p] * cross[p];
+  }
+}
+
 template <class T>
 void box_sum_of(const BoxSumArgs& a) {
   const Shape s = shape_of(a.volume);
@@ -121,9 +186,7 @@ double local_ncc_of(const LocalNccArgs& a) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t z = 0; z < s.D; ++z) {
       const int64_t o = z * n;
-      sum_along_d(sum_J + o, z, s, r, [J](int64_t i) { return J[i]; });
-      sum_along_d(sum_JJ + o, z, s, r, [J](int64_t i) { return J[i] * J[i]; });
-      sum_along_d(sum_FJ + o, z, s, r, [F, J](int64_t i) { return F[i] * J[i]; });
+      sums_along_d(sum_J, sum_JJ, sum_FJ, F, J, z, s, r);
       for (T* sums : {sum_J, sum_JJ, sum_FJ}) box_plane(sums + o, scratch.data(), s, r);
       T* cc = scratch.data();
       for (int64_t y = 0; y < s.H; ++y) {
@@ -154,18 +217,10 @@ double local_ncc_of(const LocalNccArgs& a) {
 #pragma omp for schedule(dynamic, 1)
       for (int64_t z = 0; z < s.D; ++z)
         for (T* sums : {sum_J, sum_JJ, sum_FJ}) box_plane(sums + z * n, scratch.data(), s, r);
-      // ...then along D, into d(loss)/dJ = box(d_J_sum) + 2 J box(d_J_var) + F box(d_cross)
+      // ...then along D, into d(loss)/dJ
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t z = 0; z < s.D; ++z) {
-        const int64_t o = z * n;
-        T* g = grad + o;
-        T* along = scratch.data();
-        sum_along_d(g, z, s, r, [sum_J](int64_t i) { return sum_J[i]; });
-        sum_along_d(along, z, s, r, [sum_JJ](int64_t i) { return sum_JJ[i]; });
-        for (int64_t p = 0; p < n; ++p) g[p] += T(2) * J[o + p] * along[p];
-        sum_along_d(along, z, s, r, [sum_FJ](int64_t i) { return sum_FJ[i]; });
-        for (int64_t p = 0; p < n; ++p) g[p] += F[o + p] * along[p];
-      }
+      for (int64_t z = 0; z < s.D; ++z)
+        gradient_along_d(grad, sum_J, sum_JJ, sum_FJ, F, J, z, s, r);
     }
   }
   double total = 0.0;

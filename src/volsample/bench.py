@@ -13,7 +13,10 @@ backward), and for the float32 NCDHW forwards SciPy ``ndimage.map_coordinates`` 
 volresample (``grid_sample``, which has no align_corners and samples the same grid with
 align_corners=False, and ``resample``), SimpleITK (``ResampleImageFilter`` with a
 ``DisplacementFieldTransform``: the grid as a voxel displacement field, linear
-interpolation, 0 outside) and JAX ``map_coordinates``. Their versions go into the report.
+interpolation, 0 outside) and JAX ``map_coordinates``; for the affine warp, affiners
+(``pip install affine-rs``: trilinear, 0 outside the input's voxel centres; its Rayon pool
+takes the thread count from ``RAYON_NUM_THREADS``, set before its first call). Their versions
+go into the report.
 
 The warp workloads compare ``warp_3d`` (no grid) with volsample's own grid sampler fed
 the grid ``affine_grid(theta) + displacement`` ("volsample-grid") and with PyTorch: an
@@ -55,7 +58,7 @@ from . import _dtypes
 from ._progress import ProgressBar
 
 PEERS = ("volsample-grid", "volsample-trilinear", "pytorch", "scipy", "torch-interpol",
-         "volresample", "simpleitk", "jax", "volsample-numpy", "volsample-patch")
+         "volresample", "simpleitk", "jax", "affiners", "volsample-numpy", "volsample-patch")
 # volsample-grid: volsample's own grid sampler on a formed grid (the warp workloads' baseline);
 # volsample-trilinear: volsample's trilinear sampling of the same grid (the cubic workloads');
 # volsample-numpy, volsample-patch: the NumPy API and F.grid_sample under
@@ -63,7 +66,8 @@ PEERS = ("volsample-grid", "volsample-trilinear", "pytorch", "scipy", "torch-int
 _PEER_MODULES = {"volsample-grid": "volsample", "volsample-trilinear": "volsample",
                  "volsample-numpy": "volsample", "volsample-patch": "torch",
                  "pytorch": "torch", "scipy": "scipy", "torch-interpol": "interpol",
-                 "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "jax"}
+                 "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "jax",
+                 "affiners": "affiners"}
 
 
 @dataclasses.dataclass
@@ -149,6 +153,30 @@ def peer_versions() -> dict:
         versions[peer] = str(mod.Version_VersionString() if peer == "simpleitk"
                              else mod.__version__)
     return versions
+
+
+def affiners_map(theta, spatial):
+    """affiners' (scipy's) form of warp_3d's theta (one batch item, align_corners=False) for
+    an output of the input's size: (matrix, offset) taking an output voxel index (z, y, x)
+    to the input index it reads."""
+    sizes = np.array(spatial[::-1], float)  # along x, y, z
+    to_grid = np.zeros((4, 4))  # (z, y, x, 1) -> normalised (x, y, z, 1)
+    to_index = np.zeros((4, 4))  # normalised (x, y, z, 1) -> (z, y, x, 1)
+    for k in range(3):
+        to_grid[k, 2 - k], to_grid[k, 3] = 2 / sizes[k], 1 / sizes[k] - 1
+        to_index[2 - k, k], to_index[2 - k, 3] = sizes[k] / 2, (sizes[k] - 1) / 2
+    to_grid[3, 3] = to_index[3, 3] = 1
+    m = to_index @ np.vstack([theta, [0, 0, 0, 1]]) @ to_grid
+    return np.ascontiguousarray(m[:3, :3]), np.ascontiguousarray(m[:3, 3])
+
+
+def _affiners_warp(x, theta):
+    """A callable warping every (n, c) volume of ``x`` by theta with affiners."""
+    import affiners
+
+    maps = [affiners_map(t, x.shape[2:]) for t in theta.astype(np.float64)]
+    return lambda: [affiners.affine_transform(x[n, c], *maps[n], 0.0, 1)
+                    for n in range(x.shape[0]) for c in range(x.shape[1])]
 
 
 def _simpleitk_warp(x, grid, in_spatial, threads):
@@ -444,6 +472,8 @@ def _warp_workload(name, N, C, spatial, quick=False):
 
             tx, tgrid = torch.from_numpy(x), torch.from_numpy(grid)
             impls["pytorch"] = lambda: torch.ops.aten.grid_sampler_3d(tx, tgrid, 0, 0, False)
+        if _have("affiners"):
+            impls["affiners"] = _affiners_warp(x, theta)
         return impls
 
     return Workload(name, build, 2 * volume_bytes, quick)
@@ -698,6 +728,7 @@ def run(workloads, threads=None, peers=PEERS, progress=True, limits=None):
     ``LIMITS``); return the list of ``Result``."""
     threads = threads or volsample.get_num_threads()
     volsample.set_num_threads(threads)
+    os.environ["RAYON_NUM_THREADS"] = str(threads)  # affiners' pool, made by its first call
     if _have("torch"):
         import torch
 
@@ -763,7 +794,8 @@ _PEER_TITLES = {"volsample-grid": "volsample's grid sampler",
                 "volsample-numpy": "volsample's NumPy API",
                 "volsample-patch": "F.grid_sample under patch()", "pytorch": "PyTorch",
                 "scipy": "SciPy", "torch-interpol": "torch-interpol",
-                "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "JAX"}
+                "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "JAX",
+                "affiners": "affiners"}
 
 
 def _duration(seconds: float) -> str:

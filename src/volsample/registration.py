@@ -238,6 +238,7 @@ class MeanSquares:
     def __init__(self, fixed: np.ndarray, window: int = 5) -> None:
         self.fixed = fixed
         self.box = _WHOLE  # every voxel counts
+        self.parts = (_WHOLE,)
         self.full_shape = fixed.shape
 
     def value(self, warped: np.ndarray) -> float:
@@ -265,7 +266,9 @@ class LocalNCC:
     the windows that reach it whole, and the voxels of their windows (a skull-stripped
     brain fills half its bounding volume). ``self.fixed`` is that part; the value is still
     the mean over all of ``fixed``'s voxels (``full_shape``), and the gradient that of the
-    part.
+    part. Within the box, the ``parts`` (slabs along D, each cut to where its windows
+    count: ``_slabs``) hold every voxel whose warped value matters; the others are read
+    as 0.
     """
 
     sign = -1
@@ -274,7 +277,12 @@ class LocalNCC:
         self.radius = window // 2
         fixed = fixed if fixed.dtype in (np.float32, np.float64) else fixed.astype(np.float64)
         self.full_shape = fixed.shape
-        self.box = _varying_box(fixed, 2 * self.radius) if crop else _WHOLE
+        self.box: tuple[slice, ...] = _WHOLE
+        self.parts: tuple[tuple[slice, ...], ...] = (_WHOLE,)
+        if crop:
+            varying = _varying_voxels(fixed)
+            self.box = _varying_box(varying, 2 * self.radius)
+            self.parts = _slabs(varying[self.box], 2 * self.radius)
         F = self.fixed = np.ascontiguousarray(fixed[self.box])
         inverse_count = _inverse_counts(F.shape, self.radius, F.dtype)
         self.F_sum = box_sum(F, self.radius)
@@ -315,22 +323,66 @@ class LocalNCC:
 _WHOLE = (slice(None),) * 3  # a box of a whole volume
 
 
-def _varying_box(volume: np.ndarray, margin: int) -> tuple[slice, ...]:
-    """The bounding box of the voxels of ``volume`` that differ from a neighbour, grown by
-    ``margin`` voxels per side (at least 2 voxels per axis, within the volume)."""
-    box = []
-    for axis, n in enumerate(volume.shape):
+def _varying_voxels(volume: np.ndarray) -> np.ndarray:
+    """Where ``volume`` differs from a neighbour along some axis (bool, its shape)."""
+    varying = np.zeros(volume.shape, bool)
+    for axis in range(3):
         step = np.diff(volume, axis=axis) != 0
-        others = tuple(a for a in range(3) if a != axis)
-        changes = np.flatnonzero(step.any(axis=others))  # between i and i + 1
-        if changes.size == 0:  # constant along this axis
+        varying[_along(axis, slice(1, None))] |= step
+        varying[_along(axis, slice(None, -1))] |= step
+    return varying
+
+
+def _varying_box(varying: np.ndarray, margin: int) -> tuple[slice, ...]:
+    """The bounding box of the ``varying`` voxels (``_varying_voxels``), grown by ``margin``
+    voxels per side (at least 2 voxels per axis, within the volume; all of it when none
+    varies)."""
+    box = []
+    for axis, n in enumerate(varying.shape):
+        index = np.flatnonzero(varying.any(axis=tuple(a for a in range(3) if a != axis)))
+        if index.size == 0:  # a constant volume
             low, high = 0, n
         else:
-            low, high = max(0, changes[0] - margin), min(n, changes[-1] + 2 + margin)
+            low, high = max(0, int(index[0]) - margin), min(n, int(index[-1]) + 1 + margin)
         if high - low < 2:
             low, high = max(0, min(low, n - 2)), max(2, min(n, low + 2))
-        box.append(slice(int(low), int(high)))
+        box.append(slice(low, high))
     return tuple(box)
+
+
+_SLAB_PLANES = 16  # planes per slab of ``_slabs``: fewer, and calls cost more than they save
+
+
+def _slabs(varying: np.ndarray, margin: int) -> tuple[tuple[slice, ...], ...]:
+    """Boxes of a volume holding every voxel within ``margin`` voxels (along each axis) of
+    a ``varying`` one: slabs of ``_SLAB_PLANES`` planes along D, each cut in (H, W) to the
+    bounding box of such voxels (slabs with none are left out). A brain in its bounding
+    box fills a third of it: the slabs skip a fifth of the box."""
+    D, H, W = varying.shape
+    if D < 2 * _SLAB_PLANES:
+        return (_WHOLE,)
+    parts = []
+    for low in range(0, D, _SLAB_PLANES):
+        high = min(D, low + _SLAB_PLANES)
+        near = varying[max(0, low - margin):high + margin]
+        rows, columns = np.flatnonzero(near.any(axis=(0, 2))), np.flatnonzero(near.any(axis=(0, 1)))
+        if rows.size:
+            parts.append((slice(low, high),
+                          slice(max(0, int(rows[0]) - margin), min(H, int(rows[-1]) + 1 + margin)),
+                          slice(max(0, int(columns[0]) - margin),
+                                min(W, int(columns[-1]) + 1 + margin))))
+    return tuple(parts) if parts else (_WHOLE,)
+
+
+def _within(box: Sequence[slice], part: Sequence[slice], shape: Sequence[int]
+            ) -> tuple[slice, ...]:
+    """The slices of a volume of ``shape`` of ``part``, slices of its ``box``."""
+    region = []
+    for outer, inner, n in zip(box, part, shape):
+        low, high, _ = outer.indices(n)
+        start, stop, _ = inner.indices(high - low)
+        region.append(slice(low + start, low + stop))
+    return tuple(region)
 
 
 def _box_map(box: Sequence[slice], shape: Sequence[int]) -> np.ndarray | None:
@@ -440,29 +492,49 @@ def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buf
     warp_3d_backward's (grad_theta, grad_displacement) of the loss ``sign * similarity`` as
     ``mask`` asks for them; volumes in ``buffers`` (``StepBuffers``) when given.
 
-    Only the measure's box is warped: theta times the box's map, the displacement's
-    part in the box; grad_displacement is 0 outside it."""
-    shape, box = measure.fixed.shape, (slice(None),) + tuple(measure.box)
-    box_map = _box_map(measure.box, measure.full_shape)
-    if box_map is not None:
-        theta = (theta[0].astype(np.float64) @ box_map)[None].astype(theta.dtype)
-    part = None if displacement is None else displacement[box]
-    warped = _sample(moving, theta, part, shape, interp,
-                     None if buffers is None else buffers("warped", shape, moving.dtype))
+    Only the measure's box is warped, part by part (``measure.parts``): theta times the
+    part's map, the displacement's part; the rest of the box reads 0, and grad_displacement
+    is 0 outside the parts."""
+    buffers = StepBuffers() if buffers is None else buffers
+    shape, dtype = measure.fixed.shape, moving.dtype
+    whole = len(measure.parts) == 1 and measure.parts[0] == _WHOLE
+    # zeros where no part writes
+    warped = buffers("warped", shape, dtype, zero=True)
+    pieces = []
+    for k, part in enumerate(measure.parts):
+        region = _within(measure.box, part, measure.full_shape)
+        part_map = _box_map(region, measure.full_shape)
+        part_theta = theta if part_map is None else \
+            (theta[0].astype(np.float64) @ part_map)[None].astype(theta.dtype)
+        part_displacement = None if displacement is None else \
+            displacement[(slice(None),) + region]
+        size = tuple(r.stop - r.start for r in region)
+        piece = warped if whole else buffers(f"warped part {k}", size, dtype)
+        _sample(moving, part_theta, part_displacement, size, interp, piece)
+        if not whole:
+            warped[part] = piece
+        pieces.append((part, region, part_map, part_theta, part_displacement))
     sim, grad_warped = measure(warped)
     if measure.sign != 1:
         grad_warped *= grad_warped.dtype.type(measure.sign)
     grad_displacement = None
     if displacement is not None and mask[1]:
-        # zero where the box leaves it (no kernel writes there)
-        grad_displacement = np.zeros_like(displacement) if buffers is None else \
-            buffers("grad_displacement", displacement.shape, displacement.dtype, zero=True)
-    _, grad_theta, _ = warp_3d_backward(
-        grad_warped[None, None], moving[None, None], theta, part, interp, **_SAMPLING,
-        output_mask=(False,) + mask,
-        grad_displacement_out=None if grad_displacement is None else grad_displacement[box])
-    if grad_theta is not None and box_map is not None:
-        grad_theta = (grad_theta[0].astype(np.float64) @ box_map.T)[None].astype(grad_theta.dtype)
+        # zero where no part writes (no kernel writes there)
+        grad_displacement = buffers("grad_displacement", displacement.shape, displacement.dtype,
+                                    zero=True)
+    grad_theta = None
+    for part, region, part_map, part_theta, part_displacement in pieces:
+        _, part_grad, _ = warp_3d_backward(
+            grad_warped[part][None, None], moving[None, None], part_theta, part_displacement,
+            interp, **_SAMPLING, output_mask=(False,) + mask,
+            grad_displacement_out=None if grad_displacement is None
+            else grad_displacement[(slice(None),) + region])
+        if part_grad is not None:
+            part_grad = part_grad[0].astype(np.float64)
+            part_grad = part_grad if part_map is None else part_grad @ part_map.T
+            grad_theta = part_grad if grad_theta is None else grad_theta + part_grad
+    if grad_theta is not None:
+        grad_theta = grad_theta[None].astype(theta.dtype)
     return sim, grad_theta, grad_displacement
 
 
@@ -910,17 +982,27 @@ def _halve(volume):
 # ---------------------------------------------------------------------------------------
 
 
+_JOINT_LABELS = 1 << 10  # label ranges counted in one joint histogram (a size^2 table)
+
+
 def dice(a: np.ndarray, b: np.ndarray) -> float:
     """Mean Dice overlap of two label maps over the labels > 0 present in either."""
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype.kind in "iub" and b.dtype.kind in "iub" and a.size:
-        # integer maps: counts per label in three passes (bincount), not three per label
+        # integer maps: counted per label (bincount), not compared label by label
         low = min(int(a.min()), int(b.min()))
         size = max(int(a.max()), int(b.max())) - low + 1
-        if size <= 1 << 16:
+        if size <= _JOINT_LABELS:  # one pass: the (a, b) pairs' histogram
+            index = a.astype(np.intp) * size
+            index += b
+            index -= low * (size + 1)
+            joint = np.bincount(index.ravel(), minlength=size * size).reshape(size, size)
+            in_a, in_b, in_both = joint.sum(1), joint.sum(0), np.diagonal(joint)
+        elif size <= 1 << 16:  # three passes
             def count(x):
                 return np.bincount((x.astype(np.int64) - low).ravel(), minlength=size)
             in_a, in_b, in_both = count(a), count(b), count(a[a == b])
+        if size <= 1 << 16:
             labels = np.arange(low, low + size)
             keep = (labels > 0) & (in_a + in_b > 0)
             if not keep.any():
