@@ -127,7 +127,8 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
         _backend.forward(call, *arrays)
     else:
         kernel.forward_on(*arrays)
-        _calls.remember(_PREPARED_FORWARDS, key, _prepared(kernel, call, call.output_shape, "output"))
+        _calls.remember(_PREPARED_FORWARDS, key,
+                        _prepared(kernel, call, call.output_shape, "output"))
     return returned
 
 
@@ -213,5 +214,6 @@ def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence
         _backend.backward(call, *arrays)
     else:
         kernel.backward_on(*arrays)
-        _calls.remember(_PREPARED_BACKWARDS, key, _prepared(kernel, call, call.input_shape, "grad_input"))
+        _calls.remember(_PREPARED_BACKWARDS, key,
+                        _prepared(kernel, call, call.input_shape, "grad_input"))
     return _layout.physical(grad_input, call.layout)

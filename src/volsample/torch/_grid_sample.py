@@ -161,7 +161,8 @@ def _prepare_backward(key, grad_output, input, grid, *modes_and_mask):
     kernel = _cpu.prepare_backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
                                    *map(_common.writable_array, gradients))
     layouts = (None if t is None else _common.strided_layout(t) for t in gradients)
-    return _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *layouts)), gradients
+    prepared = _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *layouts))
+    return prepared, gradients
 
 
 def _address(t: torch.Tensor | None) -> int:
