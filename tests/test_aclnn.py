@@ -21,7 +21,7 @@ import torch
 from helpers import DTYPES, assert_bitwise_equal, assert_close, numpy_array, torch_tensor
 
 import volsample
-from volsample import aclnn
+from volsample import _calls, aclnn
 from volsample.aclnn import _grid_sampler3d_backward, _upsample_trilinear3d_backward
 from volsample.aclnn import _runtime as aclnn_runtime
 
@@ -679,12 +679,22 @@ def test_phase_two_accepts_streams_and_larger_workspaces(valid_call):
     assert args[OUTPUT[op]].array.any()
 
 
+class _FailingKernel:
+    """A prepared kernel whose run fails."""
+
+    def backward_on(self, *arrays):
+        raise MemoryError("out of memory")
+
+
 def test_computation_failure_is_runtime_error(valid_call, monkeypatch):
     op, args = valid_call
 
     def fail(*args, **kwargs):
         raise MemoryError("out of memory")
+    _calls.forget_prepared_calls()  # planned afresh: the run is one of these
     monkeypatch.setattr(OPERATOR_MODULE[op]._backend, "backward", fail)
+    monkeypatch.setattr(OPERATOR_MODULE[op]._backend, "prepare_backward",
+                        lambda *args: _FailingKernel())
     _, size, executor = PHASE_ONE[op](**args)
     assert PHASE_TWO[op](aclnn.aclrtMalloc(size), size, executor) == RUNTIME
     message = aclnn.aclGetRecentErrMsg()
@@ -696,10 +706,74 @@ def test_phase_one_internal_error_is_a_status(valid_grid, monkeypatch):
     """Even a bug behind phase one's checks reaches the caller as a status, not an exception."""
     def fail(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
+    _calls.forget_prepared_calls()  # planned afresh
     monkeypatch.setattr(_grid_sampler3d_backward._backend, "workspace_nbytes", fail)
     result = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**valid_grid)
     assert result == (RUNTIME, 0, None)
     assert "ZeroDivisionError" in aclnn.aclGetRecentErrMsg()
+
+
+@pytest.mark.parametrize("dense", [True, False])
+@pytest.mark.parametrize("fmt", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16])
+def test_repeated_calls_run_their_plans_on_their_own_arrays(rng, dtype, fmt, dense):
+    # A phase one met before (the arguments' kinds, formats, shapes, strides, dtypes,
+    # writability and values, and the thread count) takes its plan and prepared kernel,
+    # unchecked: each call runs on its own arrays (gradOutput a strided view; the grid
+    # gradients dense or with gaps, which the kernels leave alone: the general path), with
+    # the NumPy API's bits on 1 and 2 threads. A read-only output of a planned call still
+    # fails its check.
+    _calls.forget_prepared_calls()
+
+    def output(shape, dense=dense):  # NaN (the kernels write every element), gaps unless dense
+        full = np.full(shape[:-1] + (shape[-1] * (1 if dense else 2),), np.nan, dtype)
+        return full if dense else full[..., ::2]
+
+    def strided(a):  # the values of a, through a view with strides of two elements
+        return np.repeat(a, 2, axis=-1)[..., ::2]
+
+    threads = volsample.get_num_threads()
+    try:
+        for k in range(4):
+            volsample.set_num_threads(1 + k % 2)
+            grid = grid_arrays(rng, dtype, fmt=fmt)
+            grid.update(gradOutput=strided(grid["gradOutput"]),
+                        inputGrad=output(grid["inputGrad"].shape),
+                        gridGrad=output(grid["gridGrad"].shape))
+            run_grid(grid_args(grid, fmt, padding=1, align=True))
+            expected = volsample.grid_sample_3d_backward(
+                grid["gradOutput"], grid["input"], grid["grid"], "bilinear", "border", True,
+                layout=LAYOUT[fmt])
+            for name, theirs in zip(("inputGrad", "gridGrad"), expected):
+                assert_bitwise_equal(f"call {k}: {name}", grid[name], theirs)
+            upsample = upsample_arrays(rng, dtype, in_dhw=(4, 5, 4), out_dhw=(6, 7, 6),
+                                       fmt=fmt)
+            upsample.update(gradOut=strided(upsample["gradOut"]),
+                            gradInput=output(upsample["gradInput"].shape, dense=True))
+            run_upsample(upsample_args(upsample, fmt, scales=(1.5, 1.4, 1.5)))
+            assert_bitwise_equal(f"call {k}: gradInput", upsample["gradInput"],
+                                 volsample.upsample_trilinear_3d_backward(
+                                     upsample["gradOut"], upsample["input_size"], False,
+                                     (1.5, 1.4, 1.5), layout=LAYOUT[fmt]))
+        # one plan per thread count, a prepared kernel where the arrays allow it
+        for module in (_grid_sampler3d_backward, _upsample_trilinear3d_backward):
+            plans = list(module._PLANS.values())
+            assert len(plans) == 2
+            sixteen_bit_gradient = module is _grid_sampler3d_backward and dtype == np.float16
+            planes_dense = dense or module is _upsample_trilinear3d_backward
+            assert all((p.kernel is not None) == (dtype != ml_dtypes.bfloat16 and planes_dense
+                                                  and not sixteen_bit_gradient) for p in plans)
+        grid["inputGrad"].flags.writeable = False
+        assert_failed(aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(
+            **grid_args(grid, fmt, padding=1, align=True)), INVALID, GRID_OP + "GetWorkspaceSize",
+            "inputGrad")
+        upsample["gradInput"].flags.writeable = False
+        assert_failed(aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(
+            **upsample_args(upsample, fmt, scales=(1.5, 1.4, 1.5))), INVALID,
+            UPSAMPLE_OP + "GetWorkspaceSize",
+            "gradInput")
+    finally:
+        volsample.set_num_threads(threads)
 
 
 def traced_peak(phase_one):

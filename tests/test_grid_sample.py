@@ -292,6 +292,69 @@ def test_repeated_calls_run_on_their_own_arrays(layout, dtype):
         volsample.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("mask", [(True, True), (True, False), [False, True]])
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16])
+def test_repeated_backward_calls_run_on_their_own_arrays(layout, dtype, mask):
+    # As the forward's: calls after the first of a key run its prepared kernel (a 16-bit
+    # grad_input: the general path), each on its own arrays (strided views at an offset),
+    # with PyTorch's bits on 1 and 2 threads; a wrong argument of a prepared call raises.
+    _calls.forget_prepared_calls()
+    rng = np.random.default_rng(6)
+    sixteen = np.dtype(dtype).itemsize == 2
+    threads = volsample.get_num_threads()
+    try:
+        for k in range(4):
+            volsample.set_num_threads(1 + k % 2)
+            x = rng.standard_normal((2, 3, 5, 6, 9)).astype(dtype)[..., 1::2]
+            grid = rng.uniform(-1.1, 1.1, (2, 4, 3, 5, 3)).astype(dtype)
+            go = rng.standard_normal((2, 3, 4, 3, 6)).astype(dtype)[..., 1:]
+            stored = [a.transpose(0, 2, 3, 4, 1) if layout == "NDHWC" else a for a in (go, x)]
+            got = volsample.grid_sample_3d_backward(*stored, grid, "bilinear", "reflection",
+                                                    True, mask, layout=layout)
+            # 16-bit: computed in float32 and rounded once
+            exact = [a.astype(np.float32) if sixteen else a for a in (go, x, grid)]
+            expected = torch_grid_sample_backward(*exact, "bilinear", "reflection", True)
+            for name, ours, theirs, wanted in zip(("grad_input", "grad_grid"), got, expected,
+                                                  mask):
+                if not wanted:
+                    assert ours is None, name
+                    continue
+                if name == "grad_input" and layout == "NDHWC":
+                    ours = ours.transpose(0, 4, 1, 2, 3)
+                assert_bitwise_equal(f"call {k}: {name}", ours, theirs.astype(dtype))
+        # (bfloat16 arrays are views of other dtypes' bits; float16 needs an accumulator)
+        prepared = dtype != ml_dtypes.bfloat16 and not (sixteen and mask[0])
+        assert bool(volsample.grid_sample._PREPARED_BACKWARDS) == prepared
+        with pytest.raises(volsample.InvalidArgumentError, match="align_corners"):
+            volsample.grid_sample_3d_backward(*stored, grid, "bilinear", "reflection", 1, mask,
+                                              layout=layout)
+        with pytest.raises(volsample.InvalidArgumentError, match="output_mask"):
+            volsample.grid_sample_3d_backward(*stored, grid, "bilinear", "reflection", True,
+                                              [int(m) for m in mask], layout=layout)
+    finally:
+        volsample.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("argument,value", [("mode", ["bilinear"]), ("padding_mode", {}),
+                                            ("align_corners", [True]), ("layout", ["NCDHW"]),
+                                            ("output_mask", {})])
+def test_unhashable_arguments_are_named(argument, value):
+    # A call's prepared kernels are found by its arguments: one that cannot be a key (a
+    # list, a dict) is still the checks' to name.
+    x = np.zeros((1, 1, 2, 2, 2), np.float32)
+    grid = np.zeros((1, 1, 1, 2, 3), np.float32)
+    for k in range(2):  # the second call's kernel is prepared
+        if argument != "output_mask":
+            with pytest.raises(volsample.InvalidArgumentError, match=f"^{argument}: "):
+                volsample.grid_sample_3d(x, grid, **{argument: value})
+        with pytest.raises(volsample.InvalidArgumentError, match=f"^{argument}: "):
+            volsample.grid_sample_3d_backward(np.zeros((1, 1, 1, 1, 2), np.float32), x, grid,
+                                              **{argument: value})
+        volsample.grid_sample_3d(x, grid)
+        volsample.grid_sample_3d_backward(np.zeros((1, 1, 1, 1, 2), np.float32), x, grid)
+
+
 @pytest.mark.parametrize("isa", _cpu.supported_isas())
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("padding_mode", PADDINGS)

@@ -423,6 +423,32 @@ def test_ops_pass_tensor_memory_both_ways(monkeypatch, dtype, fmt):
         assert tensor.data_ptr() == address, "result copied"
 
 
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+def test_first_calls_return_the_results_they_prepared_on(monkeypatch, fmt):
+    # The first call of a key prepares its kernel on views of its own results and returns
+    # those, allocating no second set (the spy holds the views: their memory stays taken).
+    _calls.forget_prepared_calls()
+    prepared_on = []
+    for module in (cpu_grid_sample, cpu_upsample):
+        for name in ("prepare_forward", "prepare_backward"):
+            def spy(call, *arrays, real=getattr(module, name)):
+                prepared_on.append(arrays)
+                return real(call, *arrays)
+            monkeypatch.setattr(module, name, spy)
+    x = in_format(torch.randn(2, 3, 4, 5, 6), fmt)
+    grid = torch.rand(2, 3, 4, 5, 3) * 2 - 1
+    go = in_format(torch.randn(2, 3, 3, 4, 5), fmt)
+    go_up = in_format(torch.randn(2, 3, 8, 10, 12), fmt)
+    results = [vt.grid_sample(x, grid), *ops.grid_sampler_3d_backward(go, x, grid, 0, 0, False,
+                                                                      [True, True]),
+               vt.upsample_trilinear(x, scale_factor=2),
+               ops.upsample_trilinear3d_backward(go_up, list(x.shape), False, None)]
+    assert len(prepared_on) == 4
+    written = [prepared_on[0][2], *prepared_on[1][3:], prepared_on[2][1], prepared_on[3][1]]
+    for k, (tensor, array) in enumerate(zip(results, written)):
+        assert tensor.data_ptr() == array.ctypes.data, f"result {k} allocated twice"
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
 @pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
 def test_repeated_calls_run_on_their_own_tensors(dtype, fmt):

@@ -18,6 +18,7 @@ from helpers import (SIXTEEN_BIT, assert_bitwise_equal, assert_close, numpy_arra
                      torch_tensor)
 
 import volsample
+from volsample import _calls
 from volsample import _reference as ref
 from volsample import upsample as upsample_module
 from volsample._checks import InvalidArgumentError, UnsupportedDTypeError
@@ -383,6 +384,56 @@ def test_thread_count_does_not_change_bits(layout, monkeypatch):
             for y, gi in results[1:]:
                 assert_bitwise_equal("forward", y, results[0][0])
                 assert_bitwise_equal("backward", gi, results[0][1])
+    finally:
+        volsample.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, ml_dtypes.bfloat16])
+def test_repeated_calls_run_on_their_own_arrays(layout, dtype, monkeypatch):
+    # Calls after the first of a key (arrays' shapes, strides and dtypes, arguments, thread
+    # count) run its prepared kernel (bfloat16: the general path): each on its own arrays
+    # (strided views at an offset; out= too), with the bits of the unprepared path on the
+    # same arrays, on 1 and 2 threads; a wrong argument of a prepared call still raises.
+    _calls.forget_prepared_calls()
+    rng = np.random.default_rng(13)
+    threads = volsample.get_num_threads()
+
+    def unprepared(run, *args, **kwargs):
+        with monkeypatch.context() as m:
+            m.setattr(_calls, "prepared_key", lambda *parts: None)  # no key: no kernel prepared
+            return run(*args, **kwargs)
+
+    try:
+        for k in range(4):
+            volsample.set_num_threads(1 + k % 2)
+            x = to_layout(rng.standard_normal((2, 3, 4, 5, 9)).astype(dtype)[..., 1::2], layout)
+            g = to_layout(rng.standard_normal((2, 3, 6, 7, 7)).astype(dtype)[..., 1:], layout)
+            out = to_layout(np.full((2, 3, 6, 7, 6), np.nan, dtype), layout)
+            forward = (volsample.upsample_trilinear_3d, x, (6, 7, 6))
+            backward = (volsample.upsample_trilinear_3d_backward, g, (2, 3, 4, 5, 4), True,
+                        (1.5, None, 1.5))
+            into_out = volsample.upsample_trilinear_3d(x, (6, 7, 6), layout=layout, out=out)
+            assert into_out is out
+            results = {"forward": (forward[0](x, scale_factor=1.5, layout=layout),
+                                   unprepared(*forward[:2], scale_factor=1.5, layout=layout)),
+                       "forward into out": (into_out, unprepared(*forward, layout=layout)),
+                       "backward": (backward[0](*backward[1:], layout=layout),
+                                    unprepared(*backward, layout=layout))}
+            for name, (ours, expected) in results.items():
+                assert_bitwise_equal(f"call {k}: {name}", ours, expected)
+        # per thread count: the forward's two keys (size, scale_factor), the backward's one
+        counts = len(upsample_module._PREPARED_FORWARDS), len(upsample_module._PREPARED_BACKWARDS)
+        assert counts == ((0, 0) if dtype == ml_dtypes.bfloat16 else (4, 2))
+        with pytest.raises(InvalidArgumentError, match="align_corners"):
+            volsample.upsample_trilinear_3d(x, scale_factor=1.5, align_corners=0, layout=layout)
+        with pytest.raises(UnsupportedDTypeError, match="out: expected dtype"):
+            volsample.upsample_trilinear_3d(x, (6, 7, 6), layout=layout,
+                                            out=out.astype(np.float32 if dtype != np.float32
+                                                           else np.float64))
+        with pytest.raises(InvalidArgumentError, match="scales"):
+            volsample.upsample_trilinear_3d_backward(g, (2, 3, 4, 5, 4), True, (1.5, "1", 1.5),
+                                                     layout=layout)
     finally:
         volsample.set_num_threads(threads)
 

@@ -36,6 +36,30 @@ void zero_dense(const Strided& s) {
   std::memset(s.data, 0, size_t(count) * itemsize(s.dtype));
 }
 
+void run_forward(const GridSampleArgs& prepared, uintptr_t input, uintptr_t grid,
+                 uintptr_t output) {
+  GridSampleArgs a = prepared;
+  place(a.input, input);
+  place(a.grid, grid);
+  place(a.output, output);
+  nb::gil_scoped_release release;
+  active_kernels().grid_sample_forward(a);
+}
+
+void run_backward(const GridSampleArgs& prepared, uintptr_t grad_output, uintptr_t input,
+                  uintptr_t grid, uintptr_t grad_input, uintptr_t grad_grid) {
+  GridSampleArgs a = prepared;
+  place(a.grad_output, grad_output);
+  place(a.input, input);
+  place(a.grid, grid);
+  place(a.grad_input, grad_input);
+  place(a.grad_grid, grad_grid);
+  nb::gil_scoped_release release;
+  zero_dense(a.grad_input);  // the kernel adds into grad_input and writes the
+  zero_dense(a.grad_grid);   // grid gradient of the points that touch the volume
+  active_kernels().grid_sample_backward(a);
+}
+
 }  // namespace
 
 void bind_grid_sample(nb::module_& m) {
@@ -120,51 +144,32 @@ void bind_grid_sample(nb::module_& m) {
           nb::arg("grad_output").none(), nb::arg("grad_input").none(),
           nb::arg("grad_grid").none(), nb::arg("mode"), nb::arg("padding"),
           nb::arg("align_corners"), nb::arg("threads"))
-      .def(
-          "forward",
-          [](const GridSampleArgs& prepared, uintptr_t input, uintptr_t grid, uintptr_t output) {
-            GridSampleArgs a = prepared;
-            place(a.input, input);
-            place(a.grid, grid);
-            place(a.output, output);
-            nb::gil_scoped_release release;
-            active_kernels().grid_sample_forward(a);
-          },
-          nb::arg("input"), nb::arg("grid"), nb::arg("output"),
-          "The forward on operands at these addresses (the prepared shapes and strides).")
+      .def("forward", &run_forward, nb::arg("input"), nb::arg("grid"), nb::arg("output"),
+           "The forward on operands at these addresses (the prepared shapes and strides).")
       .def(
           "forward_on",
           [](const GridSampleArgs& prepared, nb::handle input, nb::handle grid,
              nb::handle output) {
-            GridSampleArgs a = prepared;
-            a.input.data = strided(input).data;
-            a.grid.data = strided(grid).data;
-            a.output.data = strided(output).data;
-            nb::gil_scoped_release release;
-            active_kernels().grid_sample_forward(a);
+            run_forward(prepared, address(input), address(grid), address(output));
           },
           nb::arg("input"), nb::arg("grid"), nb::arg("output"),
           "The forward on the memory of these arrays, of the prepared shapes, strides and "
           "dtypes in any axis order (only their addresses are read).")
+      .def("backward", &run_backward, nb::arg("grad_output"), nb::arg("input"), nb::arg("grid"),
+           nb::arg("grad_input"), nb::arg("grad_grid"),
+           "The backward into the gradients at these addresses (0: one not prepared), which "
+           "it zeroes first: results allocated whole, with no gaps between elements.")
       .def(
-          "backward",
-          [](const GridSampleArgs& prepared, uintptr_t grad_output, uintptr_t input,
-             uintptr_t grid, uintptr_t grad_input, uintptr_t grad_grid) {
-            GridSampleArgs a = prepared;
-            place(a.grad_output, grad_output);
-            place(a.input, input);
-            place(a.grid, grid);
-            place(a.grad_input, grad_input);
-            place(a.grad_grid, grad_grid);
-            nb::gil_scoped_release release;
-            zero_dense(a.grad_input);  // the kernel adds into grad_input and writes the
-            zero_dense(a.grad_grid);   // grid gradient of the points that touch the volume
-            active_kernels().grid_sample_backward(a);
+          "backward_on",
+          [](const GridSampleArgs& prepared, nb::handle grad_output, nb::handle input,
+             nb::handle grid, nb::handle grad_input, nb::handle grad_grid) {
+            run_backward(prepared, address(grad_output), address(input), address(grid),
+                         address(grad_input), address(grad_grid));
           },
-          nb::arg("grad_output"), nb::arg("input"), nb::arg("grid"), nb::arg("grad_input"),
-          nb::arg("grad_grid"),
-          "The backward into the gradients at these addresses (0: one not prepared), which "
-          "it zeroes first: results allocated whole, with no gaps between elements.");
+          nb::arg("grad_output"), nb::arg("input"), nb::arg("grid"),
+          nb::arg("grad_input").none(), nb::arg("grad_grid").none(),
+          "The backward on the memory of these arrays (None: a gradient not prepared), as "
+          "forward_on and backward.");
 }
 
 }  // namespace vs

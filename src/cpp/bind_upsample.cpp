@@ -109,7 +109,21 @@ void bind_upsample(nb::module_& m) {
           [](const UpsampleArgs& prepared, uintptr_t src, uintptr_t dst) {
             run_prepared(&KernelTable::upsample_backward, prepared, src, dst);
           },
-          nb::arg("src"), nb::arg("dst"), "The adjoint map from src into dst, at these addresses.");
+          nb::arg("src"), nb::arg("dst"), "The adjoint map from src into dst, at these addresses.")
+      .def(
+          "forward_on",
+          [](const UpsampleArgs& prepared, nb::handle src, nb::handle dst) {
+            run_prepared(&KernelTable::upsample_forward, prepared, address(src), address(dst));
+          },
+          nb::arg("src"), nb::arg("dst"),
+          "The forward map on the memory of these arrays, of the prepared shapes, strides and "
+          "dtypes in any axis order (only their addresses are read).")
+      .def(
+          "backward_on",
+          [](const UpsampleArgs& prepared, nb::handle src, nb::handle dst) {
+            run_prepared(&KernelTable::upsample_backward, prepared, address(src), address(dst));
+          },
+          nb::arg("src"), nb::arg("dst"), "The adjoint map on the memory of these arrays.");
   m.def(
       "upsample_workspace_nbytes",
       [](Shape src_shape, Shape dst_shape, bool double_precision, bool channels_last,

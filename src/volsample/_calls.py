@@ -75,6 +75,17 @@ def prepared_calls() -> dict:
 _PREPARED_CALLS: list[dict] = []
 
 
+def prepared_key(*parts):
+    """The key of a prepared call: ``parts`` (arrays' shapes, strides and dtypes, the other
+    arguments ``typed`` where a type tells calls apart, the thread count) as a tuple; None
+    where one cannot be hashed (an argument of a wrong type: the checks then name it)."""
+    try:
+        hash(parts)
+    except TypeError:
+        return None
+    return parts
+
+
 def forget_prepared_calls() -> None:
     """Prepare every call afresh (tests: a spy on the preparing functions sees them)."""
     for cache in _PREPARED_CALLS:
@@ -99,19 +110,19 @@ DESCRIPTIONS_KEPT = 512  # per builder: the shapes of a training loop's calls, a
 
 def _typed_key(*args, **kwargs):
     """The key of arguments that tells types apart (True and 1 are different arguments)."""
-    return tuple(map(_typed, args)), tuple((k, _typed(v)) for k, v in kwargs.items())
+    return tuple(map(typed, args)), tuple((k, typed(v)) for k, v in kwargs.items())
 
 
 _memoised = memoised(_typed_key)
 
 
-def _typed(value):
+def typed(value):
     """``value`` as a cache key that tells types apart, within sequences too (an
     ``Operand``'s fields have fixed types)."""
     if isinstance(value, Operand):
         return value
     if isinstance(value, (tuple, list)):
-        return type(value), tuple(map(_typed, value))
+        return type(value), tuple(map(typed, value))
     return type(value), value
 
 

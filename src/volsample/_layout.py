@@ -8,6 +8,7 @@ import math
 import functools
 import os
 import sys
+from collections.abc import Callable
 
 import numpy as np
 
@@ -108,6 +109,16 @@ def aligned_empty(shape, dtype, zero: bool = False, *, name: str = "result") -> 
         raise _too_large(name, shape, dtype, nbytes, "more than can be allocated now") from None
     start = -raw.ctypes.data % ALIGNMENT
     return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def allocator(shape, dtype, *, name: str = "result") -> Callable[[], np.ndarray]:
+    """``aligned_empty(shape, dtype, name=name)`` as a function of no arguments, for a
+    prepared call to allocate its result with: below the aligned size, NumPy's own
+    ``np.empty`` (``aligned_empty``'s checks cost more than a small call's kernel)."""
+    dtype = np.dtype(dtype)
+    if math.prod(map(int, shape)) * dtype.itemsize < _ALIGNED_FROM_BYTES:
+        return functools.partial(np.empty, tuple(shape), dtype)
+    return functools.partial(aligned_empty, tuple(shape), dtype, name=name)
 
 
 def _size(nbytes: int) -> str:

@@ -6,7 +6,7 @@ description (``_calls``), which the C++ backend runs. Semantics: docs/semantics.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from . import _calls, _checks, _config, _layout
 from ._cpu import grid_sample as _backend
+from ._cpu import preparable
 from ._tables import MODES, PADDINGS
 
 
@@ -65,12 +66,12 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     """
     key = None
     if type(input) is np.ndarray and type(grid) is np.ndarray:  # a call met before?
-        key = (input.shape, input.strides, input.dtype, grid.shape, grid.strides, grid.dtype,
-               mode, padding_mode, type(align_corners), align_corners, layout,
-               _config.get_num_threads())
+        key = _calls.prepared_key(*_array_key(input), *_array_key(grid), mode, padding_mode,
+                                  type(align_corners), align_corners, layout,
+                                  _config.get_num_threads())
         prepared = _PREPARED_FORWARDS.get(key)
         if prepared is not None:
-            out = _layout.aligned_empty(prepared.out_shape, prepared.out_dtype, name="output")
+            out = prepared.allocate()
             prepared.kernel.forward_on(input, grid, out)
             return out
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
@@ -81,19 +82,24 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     arrays = _layout.logical(input, call.layout), grid, out
     _backend.forward(call, *arrays)
     out = _layout.physical(out, call.layout)
-    if key is not None and _backend.preparable(*arrays):
+    if key is not None and preparable(*arrays):
         kernel = _backend.prepare_forward(call, *arrays)
         if kernel is not None:
-            _calls.remember(_PREPARED_FORWARDS, key,
-                            _PreparedForward(kernel, out.shape, out.dtype))
+            _calls.remember(_PREPARED_FORWARDS, key, _PreparedForward(
+                kernel, _layout.allocator(out.shape, out.dtype, name="output")))
     return out
 
 
+def _array_key(a: np.ndarray) -> tuple:
+    """What a prepared call depends on of an array: its shape, strides and dtype."""
+    return a.shape, a.strides, a.dtype
+
+
 class _PreparedForward(NamedTuple):
-    """A call's prepared kernel (``_cpu.grid_sample.prepare_forward``) and its result."""
+    """A call's prepared kernel (``_cpu.grid_sample.prepare_forward``) and its result's
+    allocator (``_layout.allocator``)."""
     kernel: Any
-    out_shape: tuple
-    out_dtype: np.dtype
+    allocate: Callable[[], np.ndarray]
 
 
 # Per arrays' shapes, strides and dtypes, arguments and thread count: a call that passed
@@ -131,6 +137,19 @@ def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np
     gradient is gathered per input plane, with no atomics). ``grad_grid`` is exactly 0
     for nearest sampling and for non-finite grid points.
     """
+    key = None
+    if (type(grad_output) is np.ndarray and type(input) is np.ndarray
+            and type(grid) is np.ndarray):  # a call met before? (as grid_sample_3d's)
+        key = _calls.prepared_key(*_array_key(grad_output), *_array_key(input),
+                                  *_array_key(grid), mode, padding_mode, type(align_corners),
+                                  align_corners, _calls.typed(output_mask), layout,
+                                  _config.get_num_threads())
+        prepared = _PREPARED_BACKWARDS.get(key)
+        if prepared is not None:
+            grad_input = None if prepared.grad_input is None else prepared.grad_input()
+            grad_grid = None if prepared.grad_grid is None else prepared.grad_grid()
+            prepared.kernel.backward_on(grad_output, input, grid, grad_input, grad_grid)
+            return grad_input, grad_grid
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
     grad_output, input, grid = (_checks.ndarray(name, value) for name, value in
                                 (("grad_output", grad_output), ("input", input), ("grid", grid)))
@@ -143,11 +162,33 @@ def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np
                   if want_input else None)
     grad_grid = (_layout.aligned_empty(call.grid_shape, call.grid_dtype, name="grad_grid")
                  if want_grid else None)
-    _backend.backward(call, _layout.logical(grad_output, call.layout),
-                      _layout.logical(input, call.layout), grid, grad_input, grad_grid)
+    arrays = (_layout.logical(grad_output, call.layout), _layout.logical(input, call.layout),
+              grid, grad_input, grad_grid)
+    kernel = None
+    if key is not None and preparable(*arrays):
+        kernel = _backend.prepare_backward(call, *arrays)
+    if kernel is None:  # (a 16-bit grad_input, or nothing to compute)
+        _backend.backward(call, *arrays)
+    else:
+        kernel.backward_on(*arrays)
     if grad_input is not None:
         grad_input = _layout.physical(grad_input, call.layout)
+    if kernel is not None:
+        _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *(
+            None if t is None else _layout.allocator(t.shape, t.dtype, name=name)
+            for t, name in ((grad_input, "grad_input"), (grad_grid, "grad_grid")))))
     return grad_input, grad_grid
+
+
+class _PreparedBackward(NamedTuple):
+    """A backward's prepared kernel (``_cpu.grid_sample.prepare_backward``) and the
+    allocator of each gradient it writes (None: not asked for)."""
+    kernel: Any
+    grad_input: Callable[[], np.ndarray] | None
+    grad_grid: Callable[[], np.ndarray] | None
+
+
+_PREPARED_BACKWARDS = _calls.prepared_calls()  # as _PREPARED_FORWARDS
 
 
 def backward_workspace_nbytes(input_shape: Sequence[int], grid_shape: Sequence[int],

@@ -9,12 +9,14 @@ change is copied. Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _calls, _checks, _layout
+from . import _calls, _checks, _config, _layout
+from ._cpu import preparable
 from ._cpu import upsample as _backend
 
 
@@ -105,12 +107,53 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
     >>> volsample.upsample_trilinear_3d(volume, size=(1, 1, 3), align_corners=True).ravel()
     array([0. , 0.5, 1. ])
     """
+    key = None
+    if type(input) is np.ndarray:  # a call met before? (as grid_sample_3d's)
+        key = _calls.prepared_key(input.shape, input.strides, input.dtype, _calls.typed(size),
+                                  _calls.typed(scale_factor), type(align_corners),
+                                  align_corners, layout, _config.get_num_threads())
+        prepared = _PREPARED_FORWARDS.get(key)
+        if prepared is not None:
+            out = prepared.allocate() if out is None else _layout.result(prepared.call, out)[1]
+            prepared.kernel.forward_on(input, out)
+            return out
     input = _checks.ndarray("input", input)
     call = _calls.upsample(_calls.operand("input", input), size, scale_factor, align_corners,
                            layout)
-    out, returned = _layout.result(call, out)
-    _backend.forward(call, _layout.logical(input, call.layout), out)
+    written, returned = _layout.result(call, out)
+    arrays = _layout.logical(input, call.layout), written
+    kernel = _backend.prepare_forward(call, *arrays) if _preparable(key, *arrays) else None
+    if kernel is None:  # (a copy, or nothing to compute)
+        _backend.forward(call, *arrays)
+    else:
+        kernel.forward_on(*arrays)
+        _calls.remember(_PREPARED_FORWARDS, key,
+                        _prepared(kernel, call, call.output_shape, "output"))
     return returned
+
+
+def _preparable(key, *arrays) -> bool:
+    return key is not None and preparable(*arrays)
+
+
+class _Prepared(NamedTuple):
+    """A call's prepared kernel (``_cpu.upsample.prepare``), its description (``out``'s
+    checks) and its result's allocator (``_layout.allocator``)."""
+    kernel: Any
+    call: _calls.Upsample
+    allocate: Callable[[], np.ndarray]
+
+
+def _prepared(kernel, call, result_shape, name: str) -> _Prepared:
+    """The ``_Prepared`` of a call whose result, ``name``, has the logical shape
+    ``result_shape``."""
+    return _Prepared(kernel, call, _layout.allocator(
+        _layout.physical_shape(result_shape, call.layout), call.dtype, name=name))
+
+
+# Per arrays' shapes, strides and dtypes, arguments and thread count (see grid_sample.py's).
+_PREPARED_FORWARDS = _calls.prepared_calls()
+_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence[int],
@@ -151,9 +194,26 @@ def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence
     >>> volsample.upsample_trilinear_3d_backward(grad, (1, 1, 1, 1, 2), align_corners=True).ravel()
     array([1.5, 1.5])
     """
+    key = None
+    if type(grad_output) is np.ndarray:  # a call met before? (as grid_sample_3d's)
+        key = _calls.prepared_key(grad_output.shape, grad_output.strides, grad_output.dtype,
+                                  _calls.typed(input_size), type(align_corners), align_corners,
+                                  _calls.typed(scales), layout, _config.get_num_threads())
+        prepared = _PREPARED_BACKWARDS.get(key)
+        if prepared is not None:
+            grad_input = prepared.allocate()
+            prepared.kernel.backward_on(grad_output, grad_input)
+            return grad_input
     grad_output = _checks.ndarray("grad_output", grad_output)
     call = _calls.upsample_backward(_calls.operand("grad_output", grad_output), input_size,
                                     align_corners, scales, layout)
     grad_input = _layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
-    _backend.backward(call, _layout.logical(grad_output, call.layout), grad_input)
+    arrays = _layout.logical(grad_output, call.layout), grad_input
+    kernel = _backend.prepare_backward(call, *arrays) if _preparable(key, *arrays) else None
+    if kernel is None:
+        _backend.backward(call, *arrays)
+    else:
+        kernel.backward_on(*arrays)
+        _calls.remember(_PREPARED_BACKWARDS, key,
+                        _prepared(kernel, call, call.input_shape, "grad_input"))
     return _layout.physical(grad_input, call.layout)

@@ -49,3 +49,12 @@ def operand(arr: np.ndarray | None) -> np.ndarray | None:
     if not arr.flags.aligned and any(s % arr.itemsize for s in arr.strides):
         arr = np.ascontiguousarray(arr)
     return arr.view(np.uint16) if _dtypes.is_bfloat16(arr.dtype) else arr
+
+
+def preparable(*arrays: np.ndarray | None) -> bool:
+    """Whether a prepared kernel may run on the memory of arrays like these as they are
+    (``forward_on``, ``backward_on``): no bfloat16 (NumPy hands its bits over as uint16
+    views) and strides of whole elements (else ``operand`` copies); None: an absent operand."""
+    return not any(a is not None and (_dtypes.is_bfloat16(a.dtype)
+                                      or any(s % a.itemsize for s in a.strides))
+                   for a in arrays)

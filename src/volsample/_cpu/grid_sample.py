@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import _config, _dtypes, _layout
+from .. import _config, _layout
 from . import _kernels, operand
 
 
@@ -41,14 +41,6 @@ def prepare_forward(call, input, grid, out, threads=None):
         return None
     return _kernels.PreparedGridSample(*operands[:3], None, None, None, call.mode, call.padding,
                                        call.align_corners, operands.threads)
-
-
-def preparable(*arrays) -> bool:
-    """Whether a prepared kernel may run on the memory of arrays like these as they are
-    (``forward_on``): no bfloat16 (NumPy hands its bits over as uint16 views) and strides
-    of whole elements (else ``operand`` copies)."""
-    return not any(_dtypes.is_bfloat16(a.dtype) or any(s % a.itemsize for s in a.strides)
-                   for a in arrays)
 
 
 class _ForwardOperands(NamedTuple):

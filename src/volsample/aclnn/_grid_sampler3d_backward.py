@@ -22,12 +22,13 @@ the rules only aclnn has (``_runtime``); a passing call becomes the op layer's d
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import _calls, _checks
 from .._cpu import grid_sample as _backend
+from .._cpu import preparable
 from .._tables import MODES, PADDINGS
 from . import _runtime as rt
 
@@ -134,25 +135,74 @@ def aclnnGridSampler3DBackwardGetWorkspaceSize(
     An empty gradOutput, input or grid needs no workspace: phase two fills the requested
     gradients with zeros without running a kernel.
     """
-    tensors = {"gradOutput": gradOutput, "input": input, "grid": grid,
-               "inputGrad": inputGrad, "gridGrad": gridGrad}
-    modes = _check(tensors, interpolationMode, paddingMode, alignCorners, outputMask)
-    if modes is None:  # nothing asked for
-        return 0, rt.aclOpExecutor(OP, 0, lambda: None)
-    mask = _requested(outputMask)
-    outputs = (inputGrad.logical(input.layout) if mask[0] else None,
-               gridGrad.array if mask[1] else None)
-    if _is_empty(gradOutput, input, grid):  # zero gradients, without a kernel
-        return 0, rt.aclOpExecutor(OP, 0, functools.partial(_zero, outputs))
-    # The call as every front door describes it; gradOutput and the gradients in input's layout.
-    call = _calls.grid_sample_backward(
-        rt.operand("gradOutput", gradOutput, input.layout), rt.operand("input", input),
-        _calls.operand("grid", grid.array), *modes, bool(alignCorners), mask, input.layout,
-        shape_order="NCDHW", dialect=rt.ACL)
-    size = _backend.workspace_nbytes(call)
-    run = functools.partial(_backend.backward, call, gradOutput.logical(input.layout),
-                            input.logical(), grid.array, *outputs)
-    return size, rt.aclOpExecutor(OP, size, run)
+    key = rt.plan_key(gradOutput, input, grid, interpolationMode, paddingMode, alignCorners,
+                      outputMask, inputGrad, gridGrad)
+    plan = _PLANS.get(key)
+    if plan is None:
+        tensors = {"gradOutput": gradOutput, "input": input, "grid": grid,
+                   "inputGrad": inputGrad, "gridGrad": gridGrad}
+        modes = _check(tensors, interpolationMode, paddingMode, alignCorners, outputMask)
+        if modes is None:  # nothing asked for
+            return 0, rt.aclOpExecutor(OP, 0, lambda: None)
+        mask = _requested(outputMask)
+        if _is_empty(gradOutput, input, grid):  # zero gradients, without a kernel
+            outputs = (inputGrad.logical(input.layout) if mask[0] else None,
+                       gridGrad.array if mask[1] else None)
+            return 0, rt.aclOpExecutor(OP, 0, functools.partial(_zero, outputs))
+        # The call as every front door describes it; gradOutput and the gradients in
+        # input's layout.
+        call = _calls.grid_sample_backward(
+            rt.operand("gradOutput", gradOutput, input.layout), rt.operand("input", input),
+            _calls.operand("grid", grid.array), *modes, bool(alignCorners), mask, input.layout,
+            shape_order="NCDHW", dialect=rt.ACL)
+        plan = _Plan(call, _backend.workspace_nbytes(call), _prepare(
+            call, *_operands(call, gradOutput, input, grid, inputGrad, gridGrad)))
+        if key is not None:
+            _calls.remember(_PLANS, key, plan)
+    if plan.kernel is None:
+        run = functools.partial(_backend.backward, plan.call,
+                                *_operands(plan.call, gradOutput, input, grid, inputGrad, gridGrad))
+    else:  # (it reads only the arrays' addresses)
+        want_input, want_grid = plan.call.output_mask
+        run = functools.partial(plan.kernel.backward_on, gradOutput.array, input.array,
+                                grid.array, inputGrad.array if want_input else None,
+                                gridGrad.array if want_grid else None)
+    return plan.workspace_size, rt.aclOpExecutor(OP, plan.workspace_size, run)
+
+
+class _Plan(NamedTuple):
+    """A checked call's description, workspace and prepared kernel (None: the general
+    path, ``_cpu.grid_sample.backward``)."""
+    call: _calls.GridSample
+    workspace_size: int
+    kernel: Any
+
+
+_PLANS = _calls.prepared_calls()  # rt.plan_key -> _Plan
+
+
+def _operands(call, gradOutput, input, grid, inputGrad, gridGrad) -> tuple:
+    """The kernel's operands: (N, C, D, H, W) views, in input's layout, of the tensors'
+    arrays; None for a gradient not asked for."""
+    want_input, want_grid = call.output_mask
+    return (gradOutput.logical(call.layout), input.logical(), grid.array,
+            inputGrad.logical(call.layout) if want_input else None,
+            gridGrad.array if want_grid else None)
+
+
+def _prepare(call, *operands):
+    """The call's prepared kernel, where it runs on these operands' memory as it is (the
+    gradients dense: the kernel zeroes them whole); else None."""
+    gradients = [a for a in operands[3:] if a is not None]
+    if not preparable(*operands) or not all(_dense(a) for a in gradients):
+        return None
+    return _backend.prepare_backward(call, *operands)
+
+
+def _dense(a: np.ndarray) -> bool:
+    """Whether an array's elements fill their span (in some axis order) without gaps."""
+    return a.size == 0 or (min(a.strides) >= 0 and sum((n - 1) * s for n, s in zip(
+        a.shape, a.strides)) + a.itemsize == a.size * a.itemsize)
 
 
 def _zero(outputs):

@@ -444,6 +444,31 @@ def status_of(error: VolsampleError) -> int:
     return ACLNN_ERR_PARAM_NULLPTR if isinstance(error, NullPointerError) else ACLNN_ERR_PARAM_INVALID
 
 
+# --- plans: a phase one met before --------------------------------------------------------
+# A phase one whose arguments' kinds, formats, shapes, strides, dtypes, writability and
+# values (and the thread count) are those of a call that passed before passes the same
+# checks and makes the same plan: each operator keeps its plans (``_calls.prepared_calls``)
+# by ``plan_key`` and hands the new call's memory to the plan's prepared kernel.
+
+
+def plan_key(*arguments):
+    """The key of a phase one's arguments and the thread count; None where one cannot be
+    a key (a wrong kind of argument: the checks then say so)."""
+    return _calls.prepared_key(*map(_argument_key, arguments), _config.get_num_threads())
+
+
+def _argument_key(value):
+    """What phase one's checks and plan depend on of an argument: a tensor's format,
+    shape, strides, dtype and writability; an int or bool array's values; any other
+    value with its type (True is not 1)."""
+    if type(value) is aclTensor:
+        a = value.array
+        return aclTensor, value.format, a.shape, a.strides, a.dtype, a.flags.writeable
+    if type(value) in (aclIntArray, aclBoolArray):
+        return type(value), _calls.typed(value.values)
+    return _calls.typed(value)
+
+
 _P = ParamSpec("_P")
 
 

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from .. import _calls, _checks, _layout
+from .._cpu import preparable
 from .._cpu import upsample as _backend
 from .._errors import InvalidArgumentError
 from . import _runtime as rt
@@ -132,15 +133,39 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(
     A zero N or C needs no workspace and no work. Unlike the NPU, sizes above 2^20 per
     dimension or 60 GB in all are accepted.
     """
-    scales = (scalesD, scalesH, scalesW)
-    _check(gradOut, outputSize, inputSize, alignCorners, scales, gradInput)
-    # The call as every front door describes it; the kernels work in gradInput's layout.
-    call = _calls.upsample_backward(rt.operand("gradOut", gradOut), inputSize.values,
-                                    bool(alignCorners), _used_scales(scales), gradInput.layout,
-                                    shape_order="NCDHW", dialect=rt.ACL)
-    size = _backend.workspace_nbytes(call, backward=True)
-    run = functools.partial(_backend.backward, call, gradOut.logical(), gradInput.logical())
-    return size, rt.aclOpExecutor(OP, size, run)
+    key = rt.plan_key(gradOut, outputSize, inputSize, alignCorners, scalesD, scalesH, scalesW,
+                      gradInput)
+    plan = _PLANS.get(key)
+    if plan is None:
+        scales = (scalesD, scalesH, scalesW)
+        _check(gradOut, outputSize, inputSize, alignCorners, scales, gradInput)
+        # The call as every front door describes it; the kernels work in gradInput's layout.
+        call = _calls.upsample_backward(rt.operand("gradOut", gradOut), inputSize.values,
+                                        bool(alignCorners), _used_scales(scales),
+                                        gradInput.layout, shape_order="NCDHW", dialect=rt.ACL)
+        operands = gradOut.logical(), gradInput.logical()
+        plan = _Plan(call, _backend.workspace_nbytes(call, backward=True),
+                     _backend.prepare_backward(call, *operands) if preparable(*operands)
+                     else None)
+        if key is not None:
+            _calls.remember(_PLANS, key, plan)
+    if plan.kernel is None:
+        run = functools.partial(_backend.backward, plan.call, gradOut.logical(),
+                                gradInput.logical())
+    else:  # (it reads only the arrays' addresses)
+        run = functools.partial(plan.kernel.backward_on, gradOut.array, gradInput.array)
+    return plan.workspace_size, rt.aclOpExecutor(OP, plan.workspace_size, run)
+
+
+class _Plan(NamedTuple):
+    """A checked call's description, workspace and prepared kernel (None: the general
+    path, ``_cpu.upsample.backward``: a copy, nothing to compute, or bfloat16)."""
+    call: _calls.Upsample
+    workspace_size: int
+    kernel: Any
+
+
+_PLANS = _calls.prepared_calls()  # rt.plan_key -> _Plan
 
 
 def aclnnUpsampleTrilinear3dBackward(workspace: np.ndarray | None, workspaceSize: int,

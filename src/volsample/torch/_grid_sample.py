@@ -78,8 +78,11 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
     modes = interpolation_mode, padding_mode, align_corners
     key = (_common.tensor_key(input), _common.tensor_key(grid), *modes,
            _config.get_num_threads())
-    prepared = _PREPARED_FORWARDS.get(key) or _prepare_forward(key, input, grid, *modes)
-    out = _common.empty_strided(prepared.out, input.dtype)
+    prepared = _PREPARED_FORWARDS.get(key)
+    if prepared is None:
+        prepared, out = _prepare_forward(key, input, grid, *modes)
+    else:
+        out = _common.empty_strided(prepared.out, input.dtype)
     if prepared.kernel is not None:
         prepared.kernel.forward(input.const_data_ptr(), grid.const_data_ptr(), out.data_ptr())
     return out
@@ -88,15 +91,15 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
 _PREPARED_FORWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, threads -> _PreparedForward
 
 
-def _prepare_forward(key, input, grid, *modes) -> _PreparedForward:
+def _prepare_forward(key, input, grid, *modes) -> tuple[_PreparedForward, torch.Tensor]:
     """The first CPU call of ``key``: checked, described and prepared on views of its
-    tensors and of a stand-in result with the result's strides (never touched)."""
+    tensors and of its result (allocated here, which the prepared kernel then fills)."""
     call = _describe(input, grid, *modes)
     out = _common.empty_volume(call.output_shape, input)
     kernel = _cpu.prepare_forward(call, _common.read_only_array(input),
                                   _common.read_only_array(grid), _common.writable_array(out))
     return _calls.remember(_PREPARED_FORWARDS, key,
-                            _PreparedForward(kernel, _common.strided_layout(out)))
+                           _PreparedForward(kernel, _common.strided_layout(out))), out
 
 
 @_common.register_kernel(grid_sampler_3d, "cuda")
@@ -127,34 +130,39 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
     modes = interpolation_mode, padding_mode, align_corners
     key = (_common.tensor_key(grad_output), _common.tensor_key(input), _common.tensor_key(grid),
            *modes, *output_mask, _config.get_num_threads())
-    prepared = (_PREPARED_BACKWARDS.get(key)
-                or _prepare_backward(key, grad_output, input, grid, *modes, output_mask))
+    prepared = _PREPARED_BACKWARDS.get(key)
+    if prepared is None:
+        prepared, (grad_input, grad_grid) = _prepare_backward(key, grad_output, input, grid,
+                                                              *modes, output_mask)
+    else:
+        grad_input = None if prepared.grad_input is None else _common.empty_strided(
+            prepared.grad_input, input.dtype)
+        grad_grid = None if prepared.grad_grid is None else _common.empty_strided(
+            prepared.grad_grid, grid.dtype)
     if prepared.kernel is None:
         call = _describe_backward(grad_output, input, grid, *modes, output_mask)
-        gradients = _gradients(call, input, grid)
         _cpu.backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
-                      *map(_common.writable_array, gradients))
-        return _returned(gradients, input, grid)
-    grad_input = None if prepared.grad_input is None else _common.empty_strided(
-        prepared.grad_input, input.dtype)
-    grad_grid = None if prepared.grad_grid is None else _common.empty_strided(
-        prepared.grad_grid, grid.dtype)
-    prepared.kernel.backward(grad_output.const_data_ptr(), input.const_data_ptr(),
-                             grid.const_data_ptr(), _address(grad_input), _address(grad_grid))
+                      _common.writable_array(grad_input), _common.writable_array(grad_grid))
+    else:
+        prepared.kernel.backward(grad_output.const_data_ptr(), input.const_data_ptr(),
+                                 grid.const_data_ptr(), _address(grad_input),
+                                 _address(grad_grid))
     return _returned((grad_input, grad_grid), input, grid)
 
 
 _PREPARED_BACKWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, mask, threads -> _PreparedBackward
 
 
-def _prepare_backward(key, grad_output, input, grid, *modes_and_mask) -> _PreparedBackward:
-    """The first CPU call of ``key``, as ``_prepare_forward``."""
+def _prepare_backward(key, grad_output, input, grid, *modes_and_mask):
+    """The first CPU call of ``key``, as ``_prepare_forward``: its ``_PreparedBackward``
+    and its (grad_input, grad_grid) (None where not asked for)."""
     call = _describe_backward(grad_output, input, grid, *modes_and_mask)
     gradients = _gradients(call, input, grid)
     kernel = _cpu.prepare_backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
                                    *map(_common.writable_array, gradients))
     layouts = (None if t is None else _common.strided_layout(t) for t in gradients)
-    return _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *layouts))
+    prepared = _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *layouts))
+    return prepared, gradients
 
 
 def _address(t: torch.Tensor | None) -> int:
