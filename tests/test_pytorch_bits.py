@@ -183,6 +183,46 @@ def test_grid_sample_bits_like_pytorch(dtype, mode, padding, align_corners, C, a
                                     grad_grid), expected, finite)
 
 
+# Rows of points that walk along x about a voxel a point, as smooth warps do: the AVX-512
+# backward scatters runs of such points (consecutive low corners) as vectors, on volumes
+# whose rows are wider than a vector. Here the step along x swings between about 0.4 and
+# 1.6 voxels (runs broken by points that share a low corner or skip one), y and z drift
+# across rows, rows start and end outside the volume, and points outnumber voxels, so that
+# each grad_input element receives many terms whose order counts.
+RUNS_VOLUME = (5, 6, 40)     # D, H, W
+RUNS_POINTS = (7, 9, 70)     # Do, Ho, Wo
+
+
+def runs_grid(rng, dtype):
+    Do, Ho, Wo = RUNS_POINTS
+    t = np.linspace(-1.15, 1.15, Wo)
+    x = t + 0.2 * np.sin(2.6 * t)[None, None] * np.linspace(0.6, 1.4, Ho)[None, :, None]
+    y = np.linspace(-1.05, 1.05, Ho)[None, :, None] + 0.3 * np.sin(1.5 * t + 0.5)
+    z = np.linspace(-1.1, 1.1, Do)[:, None, None] + 0.25 * np.cos(1.3 * t)
+    grid = np.stack(np.broadcast_arrays(x, y, z), axis=-1)[None]
+    return (grid + rng.uniform(-0.002, 0.002, grid.shape)).astype(dtype)
+
+
+@pytest.mark.parametrize("C", [1, 3])
+@pytest.mark.parametrize("align_corners", [False, True])
+@pytest.mark.parametrize("padding", ["zeros", "border"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+def test_grid_backward_along_runs_bits_like_pytorch(dtype, padding, align_corners, C,
+                                                     all_threads):
+    rng = np.random.default_rng([C, PADDINGS[padding], int(align_corners),
+                                 np.dtype(dtype).itemsize])
+    x = rng.standard_normal((1, C) + RUNS_VOLUME).astype(dtype)
+    grid = runs_grid(rng, dtype)
+    grad_out = rng.standard_normal((1, C) + RUNS_POINTS).astype(dtype)
+    *expected, finite = pytorch_grid_sample(x, grid, grad_out, "bilinear", padding,
+                                            align_corners)
+    for _, setting in each_setting("NCDHW"):
+        grad_input, grad_grid = volsample.grid_sample_3d_backward(
+            grad_out, x, grid, "bilinear", padding, align_corners)
+        assert_same_bits(f"{setting}: grad_input", grad_input, expected[1])
+        assert_same_bits(f"{setting}: grad_grid", grad_grid, expected[2])
+
+
 @pytest.mark.parametrize("align_corners", [False, True])
 @pytest.mark.parametrize("padding", list(PADDINGS))
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

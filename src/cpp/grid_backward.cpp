@@ -73,13 +73,21 @@ struct Backward {
   T* gin;
   int64_t gi_offsets[8];
   bool channel_vectors;  // grad_input's channels adjacent: scatter them together (corners)
+  bool run_adds;         // runs of points may scatter as vectors (PointBlock::scatter_runs)
 
   Backward(const GridSampleArgs& args, const Source& points, const Sink& gradient_sink)
       : a(args), g(args), source(points), sink(gradient_sink), gout(args.grad_output.ptr<S>()),
         inp(args.input.ptr<S>()), gin(args.grad_input.ptr<T>()),
         channel_vectors(!is_cubic(MODE) && gin && args.grad_input.stride[1] == 1 &&
-                        g.C >= kMinChannelVectors) {
+                        g.C >= kMinChannelVectors),
+        run_adds(has_run_add<V>::value && MODE == BILINEAR && gin &&
+                 runs_keep_rows_apart(args.grad_input.stride)) {
     if (gin) corner_offsets(a.grad_input, gi_offsets);
+  }
+
+  // A run's four corner rows (y, z) are L + 1 elements wide: they must not overlap.
+  static bool runs_keep_rows_apart(const int64_t* s) {
+    return s[4] == 1 && s[3] >= L + 1 && s[2] >= s[3] + L + 1;
   }
 
   const S* gout_row(const Row& row) const {
@@ -106,6 +114,8 @@ struct Backward {
     unsigned corner_lanes[8];     // corner k's lanes that scatter (inside, on the task's planes)
     bool corner_major;            // the scatter may go corner by corner (see scatter_order)
     int flip;                     // ... from corner 7 ^ flip down to corner 0 ^ flip
+    unsigned run_next;            // lanes l whose low corner is lane l - 1's next element
+    bool by_runs;                 // the scatter goes run by run (scatter_runs)
 
     // Made in place (the blocks are reused row after row, and are large to copy).
     void prepare(const Backward& kernel, const RowCoords<T>& r, const Row& row_, int64_t w_,
@@ -139,6 +149,17 @@ struct Backward {
         for (int c = 0; c < kCorners; ++c)
           corner_lanes[c] = bits_of(f.corner[c]) & on_planes[z_bit(c)];
         scatter_order();
+        by_runs = false;
+        if (kernel.run_adds) {
+          run_next = 0;
+          int64_t joined = 0;
+          for (int64_t l = 1; l < valid; ++l) {
+            const bool next = gi_lanes[l] == gi_lanes[l - 1] + 1;
+            run_next |= unsigned(next) << l;
+            joined += next;
+          }
+          by_runs = 2 * joined >= valid;  // mostly long runs
+        }
       }
     }
 
@@ -219,6 +240,9 @@ struct Backward {
       T* gi_c = k->gin + row.n * a.grad_input.stride[0] + c * a.grad_input.stride[1];
       int64_t to[8];  // a local copy: the compiler keeps it in registers
       std::copy(k->gi_offsets, k->gi_offsets + 8, to);
+      if constexpr (has_run_add<V>::value && MODE == BILINEAR) {
+        if (by_runs) return scatter_runs(gi_c, to, terms);
+      }
       if (corner_major) {
         for (int key = kCorners - 1; key >= 0; --key) {
           const int i = key ^ flip;
@@ -238,6 +262,29 @@ struct Backward {
           for (int i = 0; i < kCorners; ++i)
             if (corner_lanes[i] >> l & 1) at[to[i]] += terms[i][l];
         }
+      }
+    }
+
+    // The scatter run by run, in lane order: a run is lanes whose low corners are
+    // consecutive elements (lane l's is lane l - 1's next), so each of its four corner rows
+    // (y, z) is one stretch of L + 1 elements that it adds to as a vector, the x1 terms
+    // before the x0 terms: each element still receives its terms in point order (runs
+    // follow each other in lane order; within a run, an element's x1 term comes from the
+    // point before its x0 term's). A lone lane adds its corners one by one.
+    void scatter_runs(T* gi_c, const int64_t* to, const T (*terms)[L]) const {
+      for (int64_t first = 0, end; first < valid; first = end) {
+        for (end = first + 1; end < valid && (run_next >> end & 1); ++end) {
+        }
+        if (end - first == 1) {
+          for (int i = 0; i < kCorners; ++i)
+            if (corner_lanes[i] >> first & 1) gi_c[gi_lanes[first] + to[i]] += terms[i][first];
+          continue;
+        }
+        const unsigned run = unsigned((uint64_t(1) << end) - (uint64_t(1) << first));
+        T* low = gi_c + (int64_t(gi_lanes[first]) - first);  // lane l's low corner: low[l]
+        for (int j = 0; j < 4; ++j)  // corner row j: corners 2 j (x0) and 2 j + 1 (x1)
+          add_run_pair_(low + to[2 * j], corner_lanes[2 * j] & run, load_<V>(terms[2 * j]),
+                        corner_lanes[2 * j + 1] & run, load_<V>(terms[2 * j + 1]));
       }
     }
 

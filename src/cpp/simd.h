@@ -113,6 +113,13 @@ inline V gather_(const scalar_of<V>* base, const Lane* row, const Lane* column, 
 // taps of a row that a whole vector of points shares, from two loads and a permute.
 template <class V> struct has_window : std::false_type {};
 
+// Runs, where has_run_add<V> holds (AVX-512): add_run_pair_(p, on0, t0, on1, t1) adds to
+// the consecutive elements p[0..L] the x1 and x0 corner terms of L points whose low corners
+// are p[0..L): t1[l] into p[l + 1] (lanes in on1), then t0[l] into p[l] (lanes in on0), so
+// that each element receives its terms in lane order, as lane-by-lane adds would, with the
+// same roundings. Memory of lanes off is neither read nor written.
+template <class V> struct has_run_add : std::false_type {};
+
 // The natural vector of T in the ISA being compiled (T itself in the scalar build).
 template <class T> struct native { using type = T; };
 
@@ -271,6 +278,28 @@ inline f64x8 pick_(f64x8 lo, f64x8 hi, i32x8 at) {
 }
 inline unsigned bits_of(f32x16_mask m) { return m.m; }
 inline unsigned bits_of(f64x8_mask m) { return m.m; }
+template <> struct has_run_add<f32x16> : std::true_type {};
+template <> struct has_run_add<f64x8> : std::true_type {};
+inline void add_run_pair_(float* p, unsigned on0, f32x16 t0, unsigned on1, f32x16 t1) {
+  const __mmask16 up = __mmask16(on1 << 1), own = __mmask16(on0), touched = up | own;
+  const __m512 t1_up = _mm512_castsi512_ps(  // lane l - 1's term in lane l, 0 in lane 0
+      _mm512_alignr_epi32(_mm512_castps_si512(t1.v), _mm512_setzero_si512(), 15));
+  __m512 sum = _mm512_maskz_loadu_ps(touched, p);
+  sum = _mm512_mask_add_ps(sum, up, sum, t1_up);
+  sum = _mm512_mask_add_ps(sum, own, sum, t0.v);
+  _mm512_mask_storeu_ps(p, touched, sum);
+  if (on1 >> 15 & 1) p[16] += _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(15), t1.v));
+}
+inline void add_run_pair_(double* p, unsigned on0, f64x8 t0, unsigned on1, f64x8 t1) {
+  const __mmask8 up = __mmask8(on1 << 1), own = __mmask8(on0), touched = up | own;
+  const __m512d t1_up = _mm512_castsi512_pd(
+      _mm512_alignr_epi64(_mm512_castpd_si512(t1.v), _mm512_setzero_si512(), 7));
+  __m512d sum = _mm512_maskz_loadu_pd(touched, p);
+  sum = _mm512_mask_add_pd(sum, up, sum, t1_up);
+  sum = _mm512_mask_add_pd(sum, own, sum, t0.v);
+  _mm512_mask_storeu_pd(p, touched, sum);
+  if (on1 >> 7 & 1) p[8] += _mm512_cvtsd_f64(_mm512_permutexvar_pd(_mm512_set1_epi64(7), t1.v));
+}
 template <> struct native<float> { using type = f32x16; };
 template <> struct native<double> { using type = f64x8; };
 
