@@ -547,16 +547,24 @@ def _grid_point(cx, cy, cz, mask, D, H, W, PADDING: tl.constexpr, ALIGN: tl.cons
 
 
 @triton.jit
-def _store_theta_terms(out, gx, gy, gz, base, valid):
+def _store_theta_terms(out, gx, gy, gz, base, valid, table, q, Ho, Wo):
     """A block's share of grad_theta: at out[4 k + j], the sum over its points of the
     coordinate gradient g_k times the base coordinate b_j, (b_0..b_3) = (bx, by, bz, 1)
-    (the affine part is c_k = sum_j theta[k, j] b_j). ``base``: (bx, by, bz) as
-    ``_point_coordinates`` loaded them (kept, not loaded again: their addresses would
-    live across the channel loop instead, 64 bits each), 0 where a point is not
-    ``valid``, which adds g = 0."""
-    bx = tl.where(valid, base[0], 0.0)
-    by = tl.where(valid, base[1], 0.0)
-    bz = tl.where(valid, base[2], 0.0)
+    (the affine part is c_k = sum_j theta[k, j] b_j); 0 where a point is not ``valid``,
+    which adds g = 0. In float32, ``base``: (bx, by, bz) as ``_point_coordinates``
+    loaded them, kept across the channel loop (loaded again, their 64-bit addresses
+    would live across it instead: ptxas spilled one on sm_90); in float64, whose values
+    take as many registers as the addresses, loaded again from ``table`` (kept, ptxas
+    spilled on sm_80)."""
+    if gx.dtype == tl.float64:
+        d, h, w = split_spatial(q, Ho, Wo)
+        bx = tl.load(table + w, mask=valid, other=0.0)
+        by = tl.load(table + Wo + h, mask=valid, other=0.0)
+        bz = tl.load(table + Wo + Ho + d, mask=valid, other=0.0)
+    else:
+        bx = tl.where(valid, base[0], 0.0)
+        by = tl.where(valid, base[1], 0.0)
+        bz = tl.where(valid, base[2], 0.0)
     tl.store(out, tl.sum(gx * bx))
     tl.store(out + 1, tl.sum(gx * by))
     tl.store(out + 2, tl.sum(gx * bz))
@@ -714,7 +722,7 @@ def _backward_points_kernel(
                 tl.store(row + 2, fz.to(dtype), mask=mine)
             if THETA_GRAD:
                 _store_theta_terms(grad_theta + 12 * tl.program_id(0).to(INDEX), gx, gy, gz,
-                                   base, valid)
+                                   base, valid, table, q, Ho, Wo)
     if KEYS:
         mine = _rows_of_item(p, n, S)
         if MODE == _BICUBIC or MODE == _BSPLINE:  # keyed by the low corner of its window
