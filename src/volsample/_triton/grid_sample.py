@@ -490,12 +490,16 @@ def _point_coordinates(field, theta, table, n, q, mask, Do, Ho, Wo, sfN, sfD, sf
     base grid (AFFINE), plus the field's value (FIELD), times the per-channel scales
     (SCALED). A grid is a FIELD alone. ``table`` holds bx (Wo), by (Ho), bz (Do) and the
     three scales, in COMPUTE; theta is COMPUTE, contiguous. Row by row:
-    c_k = t_k0 * bx + ((t_k1 * by + t_k2 * bz) + t_k3) [+ u_k * scale_k], as the C++ core."""
+    c_k = t_k0 * bx + ((t_k1 * by + t_k2 * bz) + t_k3) [+ u_k * scale_k], as the C++ core.
+    Returns them and the base coordinates (bx, by, bz), 0 where not ``mask`` (() without
+    AFFINE)."""
     d, h, w = split_spatial(q, Ho, Wo)
+    base = ()
     if AFFINE:
         bx = tl.load(table + w, mask=mask, other=0.0)
         by = tl.load(table + Wo + h, mask=mask, other=0.0)
         bz = tl.load(table + Wo + Ho + d, mask=mask, other=0.0)
+        base = (bx, by, bz)
         t = theta + 12 * n
         cx = tl.load(t) * bx + ((tl.load(t + 1) * by + tl.load(t + 2) * bz) + tl.load(t + 3))
         cy = tl.load(t + 4) * bx + ((tl.load(t + 5) * by + tl.load(t + 6) * bz) + tl.load(t + 7))
@@ -518,7 +522,7 @@ def _point_coordinates(field, theta, table, n, q, mask, Do, Ho, Wo, sfN, sfD, sf
             cx = ux
             cy = uy
             cz = uz
-    return cx, cy, cz
+    return cx, cy, cz, base
 
 
 @triton.jit
@@ -543,14 +547,24 @@ def _grid_point(cx, cy, cz, mask, D, H, W, PADDING: tl.constexpr, ALIGN: tl.cons
 
 
 @triton.jit
-def _store_theta_terms(out, gx, gy, gz, table, q, mask, Ho, Wo):
+def _store_theta_terms(out, gx, gy, gz, base, valid, table, q, Ho, Wo):
     """A block's share of grad_theta: at out[4 k + j], the sum over its points of the
     coordinate gradient g_k times the base coordinate b_j, (b_0..b_3) = (bx, by, bz, 1)
-    (the affine part is c_k = sum_j theta[k, j] b_j)."""
-    d, h, w = split_spatial(q, Ho, Wo)
-    bx = tl.load(table + w, mask=mask, other=0.0)
-    by = tl.load(table + Wo + h, mask=mask, other=0.0)
-    bz = tl.load(table + Wo + Ho + d, mask=mask, other=0.0)
+    (the affine part is c_k = sum_j theta[k, j] b_j); 0 where a point is not ``valid``,
+    which adds g = 0. In float32, ``base``: (bx, by, bz) as ``_point_coordinates``
+    loaded them, kept across the channel loop (loaded again, their 64-bit addresses
+    would live across it instead: ptxas spilled one on sm_90); in float64, whose values
+    take as many registers as the addresses, loaded again from ``table`` (kept, ptxas
+    spilled on sm_80)."""
+    if gx.dtype == tl.float64:
+        d, h, w = split_spatial(q, Ho, Wo)
+        bx = tl.load(table + w, mask=valid, other=0.0)
+        by = tl.load(table + Wo + h, mask=valid, other=0.0)
+        bz = tl.load(table + Wo + Ho + d, mask=valid, other=0.0)
+    else:
+        bx = tl.where(valid, base[0], 0.0)
+        by = tl.where(valid, base[1], 0.0)
+        bz = tl.where(valid, base[2], 0.0)
     tl.store(out, tl.sum(gx * bx))
     tl.store(out + 1, tl.sum(gx * by))
     tl.store(out + 2, tl.sum(gx * bz))
@@ -563,6 +577,14 @@ def _store_theta_terms(out, gx, gy, gz, table, q, mask, Ho, Wo):
     tl.store(out + 9, tl.sum(gz * by))
     tl.store(out + 10, tl.sum(gz * bz))
     tl.store(out + 11, tl.sum(gz))
+
+
+@triton.jit
+def _rows_of_item(p, n, S):
+    """Whether rows p = n * S + q of the per-point outputs are points of batch item n (q <
+    S): the block's mask, formed again where the outputs are stored after the channel loop
+    (kept from the start, it lives across the loop, and ptxas spills it)."""
+    return p < (n + 1) * S
 
 
 @triton.jit
@@ -588,8 +610,8 @@ def _forward_kernel(inp, field, theta, table, out, C, D, H, W, S, Do, Ho, Wo,
     """out[n, c, q] = sum over corners (taps) of weight * input; one program per BLOCK_P
     points."""
     n, q, pmask = block_of_points(tl.program_id(0), S, BLOCK_P, INDEX)
-    cx, cy, cz = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN, sfD,
-                                    sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
+    cx, cy, cz, _ = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN, sfD,
+                                       sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
     if MODE == _BICUBIC or MODE == _BSPLINE:
         fp, _, _, _, _ = _cubic_footprint(cx, cy, cz, pmask, D, H, W, MODE, PADDING, ALIGN,
                                           INDEX)
@@ -632,8 +654,8 @@ def _backward_points_kernel(
     cell id (NO_CELL if it touches no voxel), the offset of its grad_output elements
     (``go_offsets``) and, for bilinear, its padded coordinates."""
     n, q, pmask = block_of_points(tl.program_id(0), S, BLOCK_P, INDEX)
-    cx, cy, cz = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN, sfD,
-                                    sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
+    cx, cy, cz, base = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN,
+                                          sfD, sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
     if MODE == _BICUBIC or MODE == _BSPLINE:
         fp, mx, my, mz, valid = _cubic_footprint(cx, cy, cz, pmask, D, H, W, MODE, PADDING,
                                                  ALIGN, INDEX)
@@ -694,15 +716,15 @@ def _backward_points_kernel(
                     fz = gz * tl.load(scales + 2)
                 row = grad_field + 3 * p
                 dtype = grad_field.dtype.element_ty
-                tl.store(row, fx.to(dtype), mask=pmask)
-                tl.store(row + 1, fy.to(dtype), mask=pmask)
-                tl.store(row + 2, fz.to(dtype), mask=pmask)
+                mine = _rows_of_item(p, n, S)
+                tl.store(row, fx.to(dtype), mask=mine)
+                tl.store(row + 1, fy.to(dtype), mask=mine)
+                tl.store(row + 2, fz.to(dtype), mask=mine)
             if THETA_GRAD:
-                # masked by ``valid``, live here anyway (pmask would be spilled); the
-                # points it leaves out add gx = gy = gz = 0
                 _store_theta_terms(grad_theta + 12 * tl.program_id(0).to(INDEX), gx, gy, gz,
-                                   table, q, valid, Ho, Wo)
+                                   base, valid, table, q, Ho, Wo)
     if KEYS:
+        mine = _rows_of_item(p, n, S)
         if MODE == _BICUBIC or MODE == _BSPLINE:  # keyed by the low corner of its window
             voxels, reads, weights, _ = fp
             x, wx = _tap_window(voxels[0], reads[0], weights[0], W)
@@ -711,9 +733,9 @@ def _backward_points_kernel(
             touches = (x < W) & (y < H) & (z < D)
             row = coords + 12 * p
             for j in tl.static_range(4):
-                tl.store(row + j, wx[j], mask=pmask)
-                tl.store(row + 4 + j, wy[j], mask=pmask)
-                tl.store(row + 8 + j, wz[j], mask=pmask)
+                tl.store(row + j, wx[j], mask=mine)
+                tl.store(row + 4 + j, wy[j], mask=mine)
+                tl.store(row + 8 + j, wz[j], mask=mine)
             x, y, z = x + 3, y + 3, z + 3
         elif MODE == _NEAREST:
             x, y, z, touches, _ = _corner(0, ix, iy, iz, valid, D, H, W, MODE, INDEX)
@@ -724,12 +746,12 @@ def _backward_points_kernel(
             touches = valid & _within(fx, W + 1) & _within(fy, H + 1) & _within(fz, D + 1)
             x, y, z = _positions(fx, fy, fz, touches, INDEX)
             row = coords + 3 * p
-            tl.store(row, ix, mask=pmask)
-            tl.store(row + 1, iy, mask=pmask)
-            tl.store(row + 2, iz, mask=pmask)
+            tl.store(row, ix, mask=mine)
+            tl.store(row + 1, iy, mask=mine)
+            tl.store(row + 2, iz, mask=mine)
         cell = tl.where(touches, _cell_id(n, z, y, x, D, H, W, MODE), NO_CELL)
-        tl.store(keys + p, cell.to(keys.dtype.element_ty), mask=pmask)
-        tl.store(go_offsets + p, go_at.to(go_offsets.dtype.element_ty), mask=pmask)
+        tl.store(keys + p, cell.to(keys.dtype.element_ty), mask=mine)
+        tl.store(go_offsets + p, go_at.to(go_offsets.dtype.element_ty), mask=mine)
 
 
 @triton.jit
@@ -797,6 +819,9 @@ def _gather_input_grad_kernel(
             acc = _gather_cell(acc, k & 1, (k >> 1) & 1, k >> 2, n, z, y, x, D, H, W, gout,
                                order, coords, go_offsets, starts, vmask, c, cmask, sgoC, MODE,
                                COMPUTE, INDEX)
+    # v again, from the (z, y, x) the cells keep live: v's own base would be one more
+    # value live across them (ptxas spilled it: sm_80, int64, cubic at (64, 8))
+    v = (z * H + y) * W + x
     tl.store(gin + n * giN + v[:, None] * giQ + c[None, :] * giC,
              acc.to(gin.dtype.element_ty), mask=vmask[:, None] & cmask[None, :])
 
@@ -1006,9 +1031,11 @@ def _gathered_input_grad(grad_output, input, coords, sinks, sizes, compute, cons
     grad_input = new_volume(input.shape, input.dtype, input)
     block_p, block_c = tile(C, 32, 512)  # a voxel's channels share its walk over the points
     chunks = triton.cdiv(C, block_c)
+    # 8 warps, 2 values a thread: at 4 (4 warps), ptxas spills a value live across the
+    # cells (8 bytes, sm_80, at (256, 2) and the cubic modes' (128, 4))
     _gather_input_grad_kernel[programs(N, D * H * W, block_p, chunks)](
         grad_output, grad_input, order, voxel_coords, go_offsets, starts, C, D, H, W, D * H * W,
         chunks, grad_output.stride(1), *dense_strides(grad_input), MODE=consts["MODE"],
         COMPUTE=consts["COMPUTE"], INDEX=consts["INDEX"], BLOCK_P=block_p, BLOCK_C=block_c,
-        **LAUNCH)
+        num_warps=8, **LAUNCH)
     return grad_input
