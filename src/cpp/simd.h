@@ -280,26 +280,25 @@ inline unsigned bits_of(f32x16_mask m) { return m.m; }
 inline unsigned bits_of(f64x8_mask m) { return m.m; }
 template <> struct has_run_add<f32x16> : std::true_type {};
 template <> struct has_run_add<f64x8> : std::true_type {};
-inline void add_run_pair_(float* p, unsigned on0, f32x16 t0, unsigned on1, f32x16 t1) {
-  const __mmask16 up = __mmask16(on1 << 1), own = __mmask16(on0), touched = up | own;
-  const __m512 t1_up = _mm512_castsi512_ps(  // lane l - 1's term in lane l, 0 in lane 0
-      _mm512_alignr_epi32(_mm512_castps_si512(t1.v), _mm512_setzero_si512(), 15));
-  __m512 sum = _mm512_maskz_loadu_ps(touched, p);
-  sum = _mm512_mask_add_ps(sum, up, sum, t1_up);
-  sum = _mm512_mask_add_ps(sum, own, sum, t0.v);
-  _mm512_mask_storeu_ps(p, touched, sum);
-  if (on1 >> 15 & 1) p[16] += _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(15), t1.v));
-}
-inline void add_run_pair_(double* p, unsigned on0, f64x8 t0, unsigned on1, f64x8 t1) {
-  const __mmask8 up = __mmask8(on1 << 1), own = __mmask8(on0), touched = up | own;
-  const __m512d t1_up = _mm512_castsi512_pd(
-      _mm512_alignr_epi64(_mm512_castpd_si512(t1.v), _mm512_setzero_si512(), 7));
-  __m512d sum = _mm512_maskz_loadu_pd(touched, p);
-  sum = _mm512_mask_add_pd(sum, up, sum, t1_up);
-  sum = _mm512_mask_add_pd(sum, own, sum, t0.v);
-  _mm512_mask_storeu_pd(p, touched, sum);
-  if (on1 >> 7 & 1) p[8] += _mm512_cvtsd_f64(_mm512_permutexvar_pd(_mm512_set1_epi64(7), t1.v));
-}
+#define VS_RUN_ADD(NAME, T, N, SUF, KMASK)                                                  \
+  inline void add_run_pair_(T* p, unsigned on0, NAME t0, unsigned on1, NAME t1) {           \
+    const KMASK up = KMASK(on1 << 1), own = KMASK(on0), touched = up | own;                 \
+    /* lane l - 1's term in lane l, 0 in lane 0 */                                          \
+    const auto t1_up = _mm512_castsi512_##SUF(_mm512_alignr_epi32(                          \
+        _mm512_cast##SUF##_si512(t1.v), _mm512_setzero_si512(), 16 - int(sizeof(T)) / 4));  \
+    auto sum = _mm512_maskz_loadu_##SUF(touched, p);                                        \
+    sum = _mm512_mask_add_##SUF(sum, up, sum, t1_up);                                       \
+    sum = _mm512_mask_add_##SUF(sum, own, sum, t0.v);                                       \
+    _mm512_mask_storeu_##SUF(p, touched, sum);                                              \
+    if (on1 >> (N - 1) & 1) {                                                               \
+      alignas(64) T last[N];                                                                \
+      store_(last, t1);                                                                     \
+      p[N] += last[N - 1];                                                                  \
+    }                                                                                       \
+  }
+VS_RUN_ADD(f32x16, float, 16, ps, __mmask16)
+VS_RUN_ADD(f64x8, double, 8, pd, __mmask8)
+
 template <> struct native<float> { using type = f32x16; };
 template <> struct native<double> { using type = f64x8; };
 
