@@ -86,6 +86,12 @@ def prepared_key(*parts):
     return parts
 
 
+def array_key(a: np.ndarray) -> tuple:
+    """What a prepared call depends on of an array: its shape, strides and dtype (the
+    parts of ``prepared_key``)."""
+    return a.shape, a.strides, a.dtype
+
+
 def forget_prepared_calls() -> None:
     """Prepare every call afresh (tests: a spy on the preparing functions sees them)."""
     for cache in _PREPARED_CALLS:

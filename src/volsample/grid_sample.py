@@ -66,8 +66,8 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     """
     key = None
     if type(input) is np.ndarray and type(grid) is np.ndarray:  # a call met before?
-        key = _calls.prepared_key(*_array_key(input), *_array_key(grid), mode, padding_mode,
-                                  type(align_corners), align_corners, layout,
+        key = _calls.prepared_key(*_calls.array_key(input), *_calls.array_key(grid), mode,
+                                  padding_mode, type(align_corners), align_corners, layout,
                                   _config.get_num_threads())
         prepared = _PREPARED_FORWARDS.get(key)
         if prepared is not None:
@@ -88,11 +88,6 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
             _calls.remember(_PREPARED_FORWARDS, key, _PreparedForward(
                 kernel, _layout.allocator(out.shape, out.dtype, name="output")))
     return out
-
-
-def _array_key(a: np.ndarray) -> tuple:
-    """What a prepared call depends on of an array: its shape, strides and dtype."""
-    return a.shape, a.strides, a.dtype
 
 
 class _PreparedForward(NamedTuple):
@@ -140,9 +135,10 @@ def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np
     key = None
     if (type(grad_output) is np.ndarray and type(input) is np.ndarray
             and type(grid) is np.ndarray):  # a call met before? (as grid_sample_3d's)
-        key = _calls.prepared_key(*_array_key(grad_output), *_array_key(input),
-                                  *_array_key(grid), mode, padding_mode, type(align_corners),
-                                  align_corners, _calls.typed(output_mask), layout,
+        key = _calls.prepared_key(*_calls.array_key(grad_output), *_calls.array_key(input),
+                                  *_calls.array_key(grid), mode, padding_mode,
+                                  type(align_corners), align_corners, _calls.typed(output_mask),
+                                  layout,
                                   _config.get_num_threads())
         prepared = _PREPARED_BACKWARDS.get(key)
         if prepared is not None:

@@ -109,7 +109,7 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
     """
     key = None
     if type(input) is np.ndarray:  # a call met before? (as grid_sample_3d's)
-        key = _calls.prepared_key(input.shape, input.strides, input.dtype, _calls.typed(size),
+        key = _calls.prepared_key(*_calls.array_key(input), _calls.typed(size),
                                   _calls.typed(scale_factor), type(align_corners),
                                   align_corners, layout, _config.get_num_threads())
         prepared = _PREPARED_FORWARDS.get(key)
@@ -196,7 +196,7 @@ def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence
     """
     key = None
     if type(grad_output) is np.ndarray:  # a call met before? (as grid_sample_3d's)
-        key = _calls.prepared_key(grad_output.shape, grad_output.strides, grad_output.dtype,
+        key = _calls.prepared_key(*_calls.array_key(grad_output),
                                   _calls.typed(input_size), type(align_corners), align_corners,
                                   _calls.typed(scales), layout, _config.get_num_threads())
         prepared = _PREPARED_BACKWARDS.get(key)
