@@ -148,7 +148,6 @@ struct Backward {
         }
         for (int c = 0; c < kCorners; ++c)
           corner_lanes[c] = bits_of(f.corner[c]) & on_planes[z_bit(c)];
-        scatter_order();
         by_runs = false;
         if (kernel.run_adds) {
           run_next = 0;
@@ -160,6 +159,7 @@ struct Backward {
           }
           by_runs = 2 * joined >= valid;  // mostly long runs
         }
+        if (!by_runs) scatter_order();  // the runs keep point order on their own
       }
     }
 
