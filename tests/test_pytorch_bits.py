@@ -223,6 +223,43 @@ def test_grid_backward_along_runs_bits_like_pytorch(dtype, padding, align_corner
         assert_same_bits(f"{setting}: grad_grid", grad_grid, expected[2])
 
 
+# The backward kernels write their results whole (grad_input's planes zeroed by the tasks
+# that add into them, grad_grid 0 where points touch nothing), so results need not start
+# at 0: here they start as NaN. Rows of points wholly outside the volume touch no plane, and
+# with 2 threads a smooth grid is cut into several slabs, one of which must still write
+# those rows' grid gradient; a grad_input with gaps between its rows and channels takes
+# the element-by-element zeroing.
+@pytest.mark.parametrize("C", [1, 3])
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_grid_backward_writes_its_results_whole(dtype, C, all_threads):
+    from volsample import _calls
+    from volsample._cpu import grid_sample as cpu_grid_sample
+
+    rng = np.random.default_rng([C, np.dtype(dtype).itemsize])
+    x = rng.standard_normal((1, C) + RUNS_VOLUME).astype(dtype)
+    grid = runs_grid(rng, dtype)
+    grid[:, :, 2, :, 0] = 1.8  # a row of points outside the volume at every depth
+    grad_out = rng.standard_normal((1, C) + RUNS_POINTS).astype(dtype)
+    _, *expected, _ = pytorch_grid_sample(x, grid, grad_out, "bilinear", "zeros", False)
+    for layout, setting in each_setting("NCDHW"):
+        call = _calls.grid_sample_backward(
+            *(_calls.operand(n, a) for n, a in (("grad_output", grad_out), ("input", x),
+                                                ("grid", grid))), 0, 0, False)
+        gapped = np.full((1, C + 1, RUNS_VOLUME[0], RUNS_VOLUME[1] + 1, RUNS_VOLUME[2] + 3),
+                         np.nan, dtype)
+        dense = from_layout(to_layout(np.full_like(x, np.nan), layout), layout)
+        for grad_input in (dense, gapped[:, :C, :, 1:, 2:-1]):
+            grad_grid = np.full_like(grid, np.nan)
+            cpu_grid_sample.backward(call, grad_out, x, grid, grad_input, grad_grid,
+                                     volsample.get_num_threads())
+            strides = grad_input.strides
+            assert_same_bits(f"{setting}, grad_input strides {strides}", grad_input,
+                             expected[0])
+            assert_same_bits(f"{setting}: grad_grid", grad_grid, expected[1])
+        assert np.isnan(gapped[:, C:]).all() and np.isnan(gapped[:, :, :, 0]).all(), \
+            "memory between the gapped grad_input's elements was written"
+
+
 @pytest.mark.parametrize("align_corners", [False, True])
 @pytest.mark.parametrize("padding", list(PADDINGS))
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)

@@ -2,8 +2,6 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
-#include <cstring>
-#include <stdexcept>
 
 #include "bindings.h"
 
@@ -11,30 +9,6 @@ namespace nb = nanobind;
 
 namespace vs {
 namespace {
-
-size_t itemsize(DType t) {
-  switch (t) {
-    case DType::float64: return 8;
-    case DType::float32: case DType::int32: return 4;
-    case DType::uint8: return 1;
-    default: return 2;
-  }
-}
-
-// Zero an operand whose elements fill their span without gaps (a result the caller
-// allocated, in any axis order), with one memset.
-void zero_dense(const Strided& s) {
-  if (s.empty()) return;
-  int64_t count = 1, span = 1;
-  for (int k = 0; k < s.ndim; ++k) {
-    if (s.shape[k] == 0) return;
-    if (s.stride[k] < 0) throw std::invalid_argument("volsample._cpu: a negative stride");
-    count *= s.shape[k];
-    span += (s.shape[k] - 1) * s.stride[k];
-  }
-  if (span != count) throw std::invalid_argument("volsample._cpu: a gradient with gaps");
-  std::memset(s.data, 0, size_t(count) * itemsize(s.dtype));
-}
 
 void run_forward(const GridSampleArgs& prepared, uintptr_t input, uintptr_t grid,
                  uintptr_t output) {
@@ -55,8 +29,6 @@ void run_backward(const GridSampleArgs& prepared, uintptr_t grad_output, uintptr
   place(a.grad_input, grad_input);
   place(a.grad_grid, grad_grid);
   nb::gil_scoped_release release;
-  zero_dense(a.grad_input);  // the kernel adds into grad_input and writes the
-  zero_dense(a.grad_grid);   // grid gradient of the points that touch the volume
   active_kernels().grid_sample_backward(a);
 }
 
@@ -158,7 +130,7 @@ void bind_grid_sample(nb::module_& m) {
       .def("backward", &run_backward, nb::arg("grad_output"), nb::arg("input"), nb::arg("grid"),
            nb::arg("grad_input"), nb::arg("grad_grid"),
            "The backward into the gradients at these addresses (0: one not prepared), which "
-           "it zeroes first: results allocated whole, with no gaps between elements.")
+           "it writes whole.")
       .def(
           "backward_on",
           [](const GridSampleArgs& prepared, nb::handle grad_output, nb::handle input,

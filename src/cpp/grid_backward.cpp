@@ -13,6 +13,7 @@
 // operands', or a warp's (grid_warp.h). 16-bit volumes are read from their own memory into
 // float32 (float64 beside a float64 grid) and grad_input accumulates in that compute type.
 #include <algorithm>
+#include <bitset>
 #include <cstdint>
 #include <new>
 #include <optional>
@@ -131,12 +132,13 @@ struct Backward {
       reader.reset();
       const Geometry& g = kernel.g;
       touches = bits_of(f.any()) != 0;
-      if (!touches) return;  // nothing to do: the grid gradient is 0, as its caller left it
+      if (!touches) return;  // nothing to do: finish() writes the grid gradient, 0
       if (kGradient) reader.emplace(f, g, kernel.a.input.stride);
       if (MODE == NEAREST) cw[0] = V(T(1));
       else corner_weights(f.weight, cw);
       if (SCATTER) {  // each corner's lanes, clipped to the task's planes
-        store_(gi_lanes, f.offset(kernel.a.grad_input.stride));
+        const auto offsets = f.offset(kernel.a.grad_input.stride);
+        store_(gi_lanes, offsets);
         live = unsigned((uint64_t(1) << valid) - 1);
         unsigned on_planes[2] = {live, live};  // corners of z bit 0, 1
         if (planes.clip) {  // compared in this batch's z, small whole numbers
@@ -149,15 +151,11 @@ struct Backward {
         for (int c = 0; c < kCorners; ++c)
           corner_lanes[c] = bits_of(f.corner[c]) & on_planes[z_bit(c)];
         by_runs = false;
-        if (kernel.run_adds) {
-          run_next = 0;
-          int64_t joined = 0;
-          for (int64_t l = 1; l < valid; ++l) {
-            const bool next = gi_lanes[l] == gi_lanes[l - 1] + 1;
-            run_next |= unsigned(next) << l;
-            joined += next;
+        if constexpr (has_run_add<V>::value) {
+          if (kernel.run_adds) {
+            run_next = run_links_(offsets) & live;
+            by_runs = 2 * int64_t(std::bitset<32>(run_next).count()) >= valid;  // mostly long runs
           }
-          by_runs = 2 * joined >= valid;  // mostly long runs
         }
         if (!by_runs) scatter_order();  // the runs keep point order on their own
       }
@@ -290,7 +288,8 @@ struct Backward {
 
     // The points' grid gradients handed to the sink (nearest: exactly 0).
     void finish() const {
-      if (!GATHER || !touches) return;
+      if (!GATHER) return;
+      if (!touches) return k->sink.template zero<L>(row, w, valid);
       const M any = f.any();
       alignas(64) T gradient[3][L];
       for (int axis = 0; axis < 3; ++axis)
@@ -331,7 +330,7 @@ struct Backward {
       sum[0] = sum[1] = sum[2] = V(T(0));
       reader.reset();
       touches = bits_of(f.any()) != 0;
-      if (!touches) return;  // nothing to do: the grid gradient is 0, as its caller left it
+      if (!touches) return;  // nothing to do: finish() writes the grid gradient, 0
       if (GATHER) reader.emplace(f, kernel.a.input.stride, kernel.g.W);
       if (SCATTER) {
         f.offsets(kernel.a.grad_input.stride, gi_row, gi_column);
@@ -408,7 +407,8 @@ struct Backward {
 
     // The points' grid gradients handed to the sink.
     VS_NOINLINE void finish() const {
-      if (!GATHER || !touches) return;
+      if (!GATHER) return;
+      if (!touches) return k->sink.template zero<L>(row, w, valid);
       alignas(64) T gradient[3][L];
       for (int axis = 0; axis < 3; ++axis)
         store_(gradient[axis], grid_gradient(f.slope[axis], sum[axis], f.finite));
@@ -467,13 +467,18 @@ struct Backward {
     }
   }
 
-  // Slab s: every point's share of grad_input on the slab's planes, in point order, and
-  // (if need_grid) the grid gradient of the rows the slab owns.
+  // Slab s: its planes of grad_input zeroed, then every point's share of them added in
+  // point order; and (if need_grid) the grid gradient of the rows the slab owns.
   void slab(const Plan& p, int64_t s, bool need_grid, RowWork& work) const {
+    zero_planes<T>(a.grad_input, p.slabs[s], p.slabs[s + 1]);
     for (int64_t i = 0; i < g.rows; ++i) {  // every point, in increasing order
       const RowShare share = p.share(i, s, g.rows);
-      if (!share.touches) continue;
       const Row row(i, g);
+      if (!share.touches) {  // no plane of any slab, if it owns the row: gradient 0
+        if (need_grid && share.owner)
+          for (int64_t w = 0; w < g.Wo; w += L) sink.template zero<L>(row, w, std::min<int64_t>(L, g.Wo - w));
+        continue;
+      }
       source.fill(row, g, work.coords);
       if (need_grid && share.owner) sweep(work.both, work.coords, row, share.planes);
       else sweep(work.scatter, work.coords, row, share.planes);

@@ -59,11 +59,13 @@ struct Plan {
     return int64_t(std::upper_bound(slabs.begin(), slabs.end(), plane) - slabs.begin()) - 1;
   }
 
-  // Slab s's share of row `row` (of `rows`).
+  // Slab s's share of row `row` (of `rows`). A row that touches no plane is owned (its
+  // grid gradient, 0, written) by one slab, spread by row number.
   RowShare share(int64_t row, int64_t s, int64_t rows) const {
     const int64_t count = n_slabs(), lo = slabs[s], hi = slabs[s + 1];
     if (count == 1) return {true, true, {false, lo, hi}};
     const int64_t first = row_first[row], last = row_last[row];
+    if (first > last) return {false, s == row * count / rows, {}};
     if (last < lo || first >= hi) return {false, false, {}};
     // Spread by row number, so that rows spanning every slab share the grid gradients.
     const bool owner =

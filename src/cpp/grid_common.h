@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "dtypes.h"
@@ -196,9 +197,10 @@ struct GridRows {
 // Where a point's grid gradient goes: the grad_grid operand, shaped like the grid, of
 // storage type G (rounded once). A warp reduces it into its theta and displacement
 // gradients instead, behind the same members (grid_warp.h). The backward takes its sink as
-// a template parameter and hands it each block of a row whose points touch the volume
-// (the others' gradient is 0, which the caller leaves there); one task hands over a row's
-// blocks, in increasing w, so a sink may sum along the row in that order.
+// a template parameter and hands it every block of every row: store() the gradients of a
+// block whose points touch the volume, zero() a block whose points do not (their gradient
+// is 0); one task hands over a row's blocks, in increasing w, so a sink may sum along the
+// row in that order.
 template <class G>
 struct GridGradientStore {
   const Strided& grad_grid;
@@ -222,7 +224,43 @@ struct GridGradientStore {
     if (s[3] == 3 && s[4] == 1 && valid == L) interleave(3, 1, L);  // constants: vectorised
     else interleave(s[3], s[4], valid);
   }
+
+  // Points [w, w + valid) of `row`, none of which touches the volume: gradient 0.
+  template <int L>
+  void zero(const Row& row, int64_t w, int64_t valid) const {
+    alignas(64) static constexpr float kZeros[L] = {};
+    store<L>(row, w, valid, kZeros, kZeros, kZeros);
+  }
 };
+
+// Zero planes [lo, hi) of a volume operand of element type T (plane n * D + z: every
+// channel's (H, W) slice at depth z of batch n): a backward task's share of grad_input,
+// zeroed by the task that then adds into it, so that the zeroing is shared out as the
+// scatter is and the planes are in cache when it starts.
+template <class T>
+void zero_planes(const Strided& a, int64_t lo, int64_t hi) {
+  const int64_t C = a.shape[1], D = a.shape[2], H = a.shape[3], W = a.shape[4];
+  const int64_t* s = a.stride;
+  // Whether a plane's C x H x W elements are one block (NCDHW with C = 1, NDHWC): its
+  // strides, smallest first, tile it without gaps.
+  std::pair<int64_t, int64_t> axes[3] = {{s[1], C}, {s[3], H}, {s[4], W}};
+  std::sort(axes, axes + 3);
+  int64_t tiled = 1;
+  for (const auto& [stride, extent] : axes)
+    if (extent > 1) tiled = stride == tiled ? tiled * extent : -1;
+  for (int64_t q = lo; q < hi; ++q) {
+    T* plane = a.ptr<T>() + q / D * s[0] + q % D * s[2];
+    if (tiled == C * H * W) {
+      std::fill_n(plane, C * H * W, T(0));
+      continue;
+    }
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t h = 0; h < H; ++h) {
+        T* row = plane + c * s[1] + h * s[3];
+        for (int64_t w = 0; w < W; ++w) row[w * s[4]] = T(0);
+      }
+  }
+}
 
 // How many row chunks a parallel loop over the rows takes (a few per thread, for balance).
 inline int64_t chunks_for(int64_t rows, int threads) {

@@ -16,8 +16,8 @@ struct GridSampleArgs {
   Strided grid;         // (N, Do, Ho, Wo, 3)
   Strided output;       // forward: (N, C, Do, Ho, Wo)
   Strided grad_output;  // backward: (N, C, Do, Ho, Wo)
-  Strided grad_input;   // backward: like input, or absent
-  Strided grad_grid;    // backward: like grid, or absent
+  Strided grad_input;   // backward: like input, or absent; written whole (no need to zero)
+  Strided grad_grid;    // backward: like grid, or absent; written whole
   int mode = BILINEAR;
   int padding = ZEROS;
   bool align_corners = false;
@@ -31,8 +31,8 @@ struct WarpArgs {
   GridSampleArgs sample;
   Strided theta;              // (N, 3, 4): the output's (x, y, z, 1) -> the input's (x, y, z)
   Strided displacement;       // (N, Do, Ho, Wo, 3), or absent (0)
-  Strided grad_theta;         // backward: (N, 3, 4), or absent
-  Strided grad_displacement;  // backward: like displacement, or absent
+  Strided grad_theta;         // backward: (N, 3, 4), or absent; written whole
+  Strided grad_displacement;  // backward: like displacement, or absent; written whole
   double scale[3] = {1, 1, 1};  // normalised units per displacement unit (x, y, z)
 };
 

@@ -130,6 +130,13 @@ struct WarpGradientStore {
     std::copy(&sum[0][0], &sum[0][0] + kRowSums, out);
   }
 
+  // Points that do not touch the volume: theirs is 0, which the row sums need not add.
+  template <int L>
+  void zero(const Row& row, int64_t w, int64_t valid) const {
+    if (!grad_displacement.empty())
+      GridGradientStore<G>{grad_displacement}.template zero<L>(row, w, valid);
+  }
+
   // grad_theta from the rows' sums, after every row (one thread).
   void finish(const Geometry& g) const {
     if (grad_theta.empty()) return;

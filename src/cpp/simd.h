@@ -298,6 +298,16 @@ template <> struct has_run_add<f64x8> : std::true_type {};
   }
 VS_RUN_ADD(f32x16, float, 16, ps, __mmask16)
 VS_RUN_ADD(f64x8, double, 8, pd, __mmask8)
+// The lanes l >= 1 whose offset is lane l - 1's plus one (the links of runs), from the
+// register: the offsets were just computed, and reading them back through memory waits.
+inline unsigned run_links_(i32x16 at) {
+  const __m512i previous = _mm512_alignr_epi32(at.v, _mm512_setzero_si512(), 15);
+  return _mm512_cmpeq_epi32_mask(at.v, _mm512_add_epi32(previous, _mm512_set1_epi32(1))) & ~1u;
+}
+inline unsigned run_links_(i32x8 at) {
+  const __m256i previous = _mm256_alignr_epi32(at.v, _mm256_setzero_si256(), 7);
+  return _mm256_cmpeq_epi32_mask(at.v, _mm256_add_epi32(previous, _mm256_set1_epi32(1))) & ~1u;
+}
 
 template <> struct native<float> { using type = f32x16; };
 template <> struct native<double> { using type = f64x8; };

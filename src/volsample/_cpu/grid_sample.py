@@ -79,21 +79,20 @@ def _planes_as_rows(grids, volumes):
 
 def backward(call, grad_output, input, grid, grad_input, grad_grid, threads=None) -> None:
     """Write the gradients ``call.output_mask`` asks for into ``grad_input`` and
-    ``grad_grid`` (None for one not asked for)."""
-    if grad_grid is not None:
-        grad_grid[...] = 0  # the kernel writes the points that touch the volume
-    if grad_input is None:
-        accumulator = None
-    elif grad_input.dtype == call.compute_dtype:
+    ``grad_grid`` (None for one not asked for), whole: the kernel zeroes what it adds into."""
+    if grad_input is None or grad_input.dtype == call.compute_dtype:
         accumulator = grad_input
-        accumulator[...] = 0
     else:  # 16 bits: summed in the compute dtype, rounded once below
-        accumulator = _layout.empty(call.input_shape, call.compute_dtype, call.layout, zero=True,
+        accumulator = _layout.empty(call.input_shape, call.compute_dtype, call.layout,
                                     name="grad_input's accumulator")
     operands = _backward_operands(call, grad_output, input, grid, accumulator, grad_grid, threads)
     if operands is not None:
         _kernels.grid_sample_backward(*operands[:5], call.mode, call.padding, call.align_corners,
                                       operands.threads)
+    else:  # no kernel to run: no point, or no channel
+        for result in (accumulator, grad_grid):
+            if result is not None:
+                result[...] = 0
     if accumulator is not None and accumulator is not grad_input:
         np.copyto(grad_input, accumulator, casting="unsafe")
 
@@ -101,8 +100,8 @@ def backward(call, grad_output, input, grid, grad_input, grad_grid, threads=None
 def prepare_backward(call, grad_output, input, grid, grad_input, grad_grid, threads=None):
     """``backward(...)`` as a ``_kernels.PreparedGridSample`` for operands of these
     arrays' shapes, strides and dtypes (``.backward(grad_output_address, input_address,
-    grid_address, grad_input_address, grad_grid_address)``, into gradients allocated whole,
-    which it zeroes first); None
+    grid_address, grad_input_address, grad_grid_address)``, into gradients it writes
+    whole); None
     where the kernel has nothing to do, or a 16-bit ``grad_input`` needs an accumulator
     (``backward`` then)."""
     if grad_input is not None and grad_input.dtype != call.compute_dtype:

@@ -40,21 +40,19 @@ def forward(call, input, theta, displacement, out, threads=None) -> None:
 
 def backward(call, grad_output, input, theta, displacement, grad_input, grad_theta,
              grad_displacement, threads=None) -> None:
-    """Write the gradients ``call.output_mask`` asks for (None for one not asked for)."""
+    """Write the gradients ``call.output_mask`` asks for (None for one not asked for),
+    whole: the kernel zeroes what it adds into."""
     C = call.input_shape[1]
-    for grad in (grad_theta, grad_displacement):
-        if grad is not None:
-            grad[...] = 0  # the kernel writes the points that touch the volume
-    if grad_input is None:
-        accumulator = None
-    elif grad_input.dtype == call.compute_dtype:
+    if grad_input is None or grad_input.dtype == call.compute_dtype:
         accumulator = grad_input
-        accumulator[...] = 0
     else:  # 16 bits: summed in the compute dtype, rounded once below
-        accumulator = _layout.empty(call.input_shape, call.compute_dtype, call.layout, zero=True,
+        accumulator = _layout.empty(call.input_shape, call.compute_dtype, call.layout,
                                     name="grad_input's accumulator")
-    wanted = accumulator is not None or grad_theta is not None or grad_displacement is not None
-    if wanted and call.points and C:
+    results = [r for r in (accumulator, grad_theta, grad_displacement) if r is not None]
+    if not (call.points and C):  # no kernel to run
+        for result in results:
+            result[...] = 0
+    elif results:
         _kernels.warp_backward(
             operand(grad_output), operand(input), operand(_theta(call, theta)),
             operand(displacement), operand(accumulator), operand(grad_theta),
