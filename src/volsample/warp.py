@@ -103,7 +103,7 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
                        layout, labels=True, cubic=True)
     out, returned = _layout.result(call, out)
     arrays = _layout.logical(a["input"], call.layout), a["theta"], a["displacement"], out
-    kernel = _backend.prepare(call, *arrays) if key is not None else None
+    kernel = _backend.prepare_forward(call, *arrays) if key is not None else None
     if kernel is None:
         _backend.forward(call, *arrays)
     else:
@@ -125,7 +125,7 @@ def _key(arrays, *arguments):
 
 
 class _Prepared(NamedTuple):
-    """A call's prepared kernel (``_cpu.warp.prepare``), its description (``out``'s checks)
+    """A call's prepared kernel (``_cpu.warp.prepare_forward`` or ``prepare_backward``), its description (``out``'s checks)
     and its result's allocator (``_layout.allocator``)."""
     kernel: _backend.PreparedWarp
     call: _calls.Warp
@@ -192,7 +192,7 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     arrays = (_layout.logical(a["grad_output"], call.layout),
               _layout.logical(a["input"], call.layout), a["theta"], a["displacement"],
               *gradients)
-    kernel = _backend.prepare(call, *arrays) if key is not None else None
+    kernel = _backend.prepare_backward(call, *arrays) if key is not None else None
     if kernel is None:
         _backend.backward(call, *arrays)
     else:

@@ -59,6 +59,9 @@ def prepare(call, *arrays, threads=None) -> PreparedWarp | None:
     return PreparedWarp(call, threads)
 
 
+prepare_forward = prepare_backward = prepare  # the forward's arrays, the backward's
+
+
 class PreparedWarp:
     """As ``_kernels.PreparedGridSample`` for grid sampling: a checked call's kernel arguments beyond its arrays, worked out once: the modes, the
     units' scale, the thread counts and the theta of a call without one (the identity in

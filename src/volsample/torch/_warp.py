@@ -14,6 +14,7 @@ derivative ops run on it. Semantics: docs/semantics.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import torch
 
@@ -87,18 +88,59 @@ def _read(t):
     return None if t is None else _common.read_only_array(t)
 
 
+class _Prepared(NamedTuple):
+    """What a CPU call of a key keeps (as grid sampling's prepared calls): its checked
+    description, its kernel arguments (``_cpu.warp.PreparedWarp``; None: the general
+    path, for bfloat16 views, a 16-bit grad_input or nothing to compute) and its results'
+    (shape, strides), None for one not asked for."""
+    call: _calls.Warp
+    kernel: Any
+    results: tuple
+
+
+def _key(*parts):
+    """A CPU call's key: its tensors' ``_common.tensor_key`` (None for an absent one), its
+    other arguments and the thread count."""
+    return tuple(None if p is None else _common.tensor_key(p) if isinstance(p, torch.Tensor)
+                 else p for p in parts) + (_config.get_num_threads(),)
+
+
+def _prepared(cache, key, call, kernel, results) -> _Prepared:
+    """The first CPU call of ``key``, remembered with its kernel (``_cpu.warp``'s
+    ``prepare_forward`` or ``prepare_backward`` of its arrays) and its result tensors
+    (None where not asked for)."""
+    return _calls.remember(cache, key, _Prepared(call, kernel, tuple(
+        None if t is None else _common.strided_layout(t) for t in results)))
+
+
 @_common.custom_op("warp_3d", _FORWARD_SCHEMA)
 def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
             displacement_units):
     """``input`` (N, C, D, H, W) sampled at ``affine_grid(theta, size) + displacement``
     (theta (N, 3, 4) or None: the identity; displacement (N, *size, 3) or None: 0),
     giving (N, C, *size) in the input's dtype and memory format; the grid is never stored."""
-    call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
-                     align_corners, displacement_units)
-    out = _common.empty_volume(call.output_shape, input)
-    _cpu.forward(call, _read(input), _read(theta), _read(displacement),
-                 _common.writable_array(out))
+    key = _key(input, theta, displacement, *size, interpolation_mode, padding_mode,
+               align_corners, displacement_units)
+    prepared = _PREPARED_FORWARDS.get(key)
+    if prepared is None:
+        call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
+                         align_corners, displacement_units)
+        out = _common.empty_volume(call.output_shape, input)
+    else:
+        call, out = prepared.call, _common.empty_strided(prepared.results[0], input.dtype)
+    arrays = _read(input), _read(theta), _read(displacement), _common.writable_array(out)
+    if prepared is None:
+        prepared = _prepared(_PREPARED_FORWARDS, key, call, _cpu.prepare_forward(call, *arrays),
+                             (out,))
+    if prepared.kernel is None:
+        _cpu.forward(call, *arrays)
+    else:
+        prepared.kernel.forward_on(*arrays)
     return out
+
+
+_PREPARED_FORWARDS = _calls.prepared_calls()  # _key -> _Prepared
+_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 @_common.register_kernel(warp_3d, "cuda")
@@ -131,11 +173,26 @@ def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode
     """Gradients (grad_input, grad_theta, grad_displacement) of ``warp_3d``, as
     ``output_mask`` selects them; one not asked for, or of an absent operand, comes back as
     an empty tensor. No grid-sized array is formed for theta's."""
-    call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
-                              padding_mode, align_corners, displacement_units, output_mask)
-    gradients = _gradients(call.output_mask, input, theta, displacement)
-    _cpu.backward(call, _read(grad_output), _read(input), _read(theta), _read(displacement),
-                  *map(_common.writable_array, gradients))
+    key = _key(grad_output, input, theta, displacement, interpolation_mode, padding_mode,
+               align_corners, displacement_units, *output_mask)
+    prepared = _PREPARED_BACKWARDS.get(key)
+    if prepared is None:
+        call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
+                                  padding_mode, align_corners, displacement_units, output_mask)
+        gradients = _gradients(call.output_mask, input, theta, displacement)
+    else:
+        call = prepared.call
+        gradients = tuple(None if layout is None else _common.empty_strided(layout, t.dtype)
+                          for layout, t in zip(prepared.results, (input, theta, displacement)))
+    arrays = (*map(_read, (grad_output, input, theta, displacement)),
+              *map(_common.writable_array, gradients))
+    if prepared is None:
+        prepared = _prepared(_PREPARED_BACKWARDS, key, call,
+                             _cpu.prepare_backward(call, *arrays), gradients)
+    if prepared.kernel is None:
+        _cpu.backward(call, *arrays)
+    else:
+        prepared.kernel.backward_on(*arrays)
     return _returned(gradients, input)
 
 
