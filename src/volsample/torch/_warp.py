@@ -92,7 +92,7 @@ class _Prepared(NamedTuple):
     """What a CPU call of a key keeps (as grid sampling's prepared calls): its checked
     description, its kernel arguments (``_cpu.warp.PreparedWarp``; None: the general
     path, for bfloat16 views, a 16-bit grad_input or nothing to compute) and its results'
-    (shape, strides), None for one not asked for."""
+    ``_common.allocator``s, None for one not asked for."""
     call: _calls.Warp
     kernel: Any
     results: tuple
@@ -110,7 +110,7 @@ def _prepared(cache, key, call, kernel, results) -> _Prepared:
     ``prepare_forward`` or ``prepare_backward`` of its arrays) and its result tensors
     (None where not asked for)."""
     return _calls.remember(cache, key, _Prepared(call, kernel, tuple(
-        None if t is None else _common.strided_layout(t) for t in results)))
+        None if t is None else _common.allocator(t) for t in results)))
 
 
 @_common.custom_op("warp_3d", _FORWARD_SCHEMA)
@@ -127,7 +127,7 @@ def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, 
                          align_corners, displacement_units)
         out = _common.empty_volume(call.output_shape, input)
     else:
-        call, out = prepared.call, _common.empty_strided(prepared.results[0], input.dtype)
+        call, out = prepared.call, prepared.results[0]()
     arrays = _read(input), _read(theta), _read(displacement), _common.writable_array(out)
     if prepared is None:
         prepared = _prepared(_PREPARED_FORWARDS, key, call, _cpu.prepare_forward(call, *arrays),
@@ -182,8 +182,7 @@ def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode
         gradients = _gradients(call.output_mask, input, theta, displacement)
     else:
         call = prepared.call
-        gradients = tuple(None if layout is None else _common.empty_strided(layout, t.dtype)
-                          for layout, t in zip(prepared.results, (input, theta, displacement)))
+        gradients = tuple(None if new is None else new() for new in prepared.results)
     arrays = (*map(_read, (grad_output, input, theta, displacement)),
               *map(_common.writable_array, gradients))
     if prepared is None:
