@@ -291,6 +291,28 @@ def test_eager_backward_skips_the_dispatcher_only_where_nothing_watches_it():
     torch.testing.assert_close(got, expected)
 
 
+def test_eager_warp_backward_skips_the_dispatcher_only_where_nothing_watches_it():
+    """As grid_sample's: warp's eager backward runs the fused CPU kernel unless a dispatch
+    mode or the profiler watches, or the gradient is a lazily negated view."""
+    x = torch.randn(1, 2, 4, 4, 4, dtype=torch.float64, requires_grad=True)
+    theta = (torch.eye(3, 4, dtype=torch.float64) + 0.1 * torch.randn(1, 3, 4,
+                                                                     dtype=torch.float64))
+    u = (0.1 * torch.randn(1, 3, 2, 3, 3, dtype=torch.float64)).requires_grad_()
+    theta.requires_grad_()
+    go = torch.randn(1, 2, 3, 2, 3, dtype=torch.float64)
+
+    def gradients(grad_output):
+        return torch.autograd.grad(vt.warp(x, theta, u), (x, theta, u), grad_output)
+    expected = gradients(go)
+    with _Seen() as seen:
+        torch.testing.assert_close(gradients(go), expected)
+    assert "volsample.warp_3d_backward.default" in seen.ops
+    with torch.profiler.profile() as profile:
+        gradients(go)
+    assert any(e.name == "volsample::warp_3d_backward" for e in profile.events())
+    torch.testing.assert_close(gradients(torch._neg_view(-go)), expected)
+
+
 def test_modes_met_before_still_check_every_argument():
     """A call's mode strings and bool met before skip their checks, never the tensors'
     (kinds, ranks) or a value of another kind (1 is not a bool)."""

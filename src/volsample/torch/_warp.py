@@ -294,6 +294,14 @@ def _backward_op(grad_output, input, theta, displacement, *args):
                         displacement, *args)
 
 
+def _save_for_backward(ctx, inputs, output):
+    """What warp's backward reads: the operands, the size, the modes and the units."""
+    ctx.save_for_backward(*inputs[:3])
+    ctx.size = list(inputs[3])
+    ctx.modes = inputs[4:7]  # interpolation_mode, padding_mode, align_corners
+    ctx.units = inputs[7]
+
+
 class _Warp3d(_common.Function):
     generate_vmap_rule = True
 
@@ -306,11 +314,8 @@ class _Warp3d(_common.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs[:3])
+        _save_for_backward(ctx, inputs, output)
         ctx.save_for_forward(*inputs[:3])
-        ctx.size = list(inputs[3])
-        ctx.modes = inputs[4:7]  # interpolation_mode, padding_mode, align_corners
-        ctx.units = inputs[7]
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -448,4 +453,35 @@ def warp(input: torch.Tensor, theta: torch.Tensor | None = None,
                                        tuple(input.shape), spatial)
         args = (list(size), MODES.code(mode), PADDINGS.code(padding_mode),
                 _common.align_corners(align_corners), UNITS.code(displacement_units))
+    tensors = [t for t in (input, theta, displacement) if t is not None]
+    if _common.eager(*tensors):  # the shortest way: what _forward would pick, unchecked
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return _eager_apply(input, theta, displacement, *args)
+        return _cpu_forward(input, theta, displacement, *args)
     return _forward(input, theta, displacement, *args)
+
+
+_cpu_forward = _common.cpu_kernel(warp_3d)
+_cpu_backward = _common.cpu_kernel(warp_3d_backward)
+
+
+class _EagerWarp3d(_Warp3d):
+    """_Warp3d for ``warp``'s eager calls on plain CPU tensors (as grid_sample's
+    ``_EagerGridSampler3d``): its forward is the CPU kernel; it saves nothing for forward
+    mode; its backward runs the fused CPU kernel when the gradient is a plain CPU tensor
+    and nothing watches the dispatcher and the backward is not differentiated, else
+    ``_Warp3d``'s."""
+
+    forward = staticmethod(_cpu_forward)
+    setup_context = staticmethod(_save_for_backward)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if torch.is_grad_enabled() or not _common.direct((grad_output,)):
+            return _Warp3d.backward(ctx, grad_output)
+        mask = list(ctx.needs_input_grad[:3])
+        gradients = _cpu_backward(grad_output, *ctx.saved_tensors, *ctx.modes, ctx.units, mask)
+        return tuple(g if m else None for g, m in zip(gradients, mask)) + (None,) * 5
+
+
+_eager_apply = _common.c_apply(_EagerWarp3d)
