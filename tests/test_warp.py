@@ -506,3 +506,20 @@ def test_unhashable_arguments_are_named(argument, value):
                                        **{argument: value})
         volsample.warp_3d(volume, theta, displacement)
         volsample.warp_3d_backward(grad_output, volume, theta, displacement)
+
+
+def test_a_prepared_warp_still_checks_its_out():
+    """out's strides are part of a prepared call's key; its writability is checked on
+    every call."""
+    _calls.forget_prepared_calls()
+    volume, theta, displacement = _warp_case()
+    expected = volsample.warp_3d(volume, theta, displacement)
+    out = np.full(expected.shape, np.nan, np.float32)
+    for _ in range(2):  # the second call runs the prepared kernel
+        out[...] = np.nan
+        assert volsample.warp_3d(volume, theta, displacement, out=out) is out
+        assert_bitwise_equal("warp_3d into out", out, expected)
+    assert len(volsample.warp._PREPARED_FORWARDS) == 2  # with and without out
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out: expected a writeable"):
+        volsample.warp_3d(volume, theta, displacement, out=out)

@@ -87,7 +87,7 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     array([[0.5, 1. ],
            [2.5, 3. ]], dtype=float32)
     """
-    key = _key((input, theta, displacement), _calls.typed(size), mode, padding_mode,
+    key = _key((input, theta, displacement, out), _calls.typed(size), mode, padding_mode,
                type(align_corners), align_corners, layout, displacement_units)
     prepared = _PREPARED_FORWARDS.get(key) if key is not None else None
     if prepared is not None:  # a call met before (as grid_sample_3d's)
@@ -103,6 +103,8 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
                        layout, labels=True, cubic=True)
     out, returned = _layout.result(call, out)
     arrays = _layout.logical(a["input"], call.layout), a["theta"], a["displacement"], out
+    # (out's strides are in the key: a call met before writes an out of the strides its
+    # kernel was prepared for)
     kernel = _backend.prepare_forward(call, *arrays) if key is not None else None
     if kernel is None:
         _backend.forward(call, *arrays)
