@@ -92,14 +92,15 @@ class KernelRuns:
 
 
 class _CountedKernel:
-    """A prepared kernel whose runs of ``name`` a KernelRuns counts."""
+    """A prepared kernel whose runs of ``name`` (on addresses, or ``name_on`` arrays) a
+    KernelRuns counts."""
 
     def __init__(self, kernel, name, runs):
         self.kernel, self.name, self.runs = kernel, name, runs
 
     def __getattr__(self, name):
         run = getattr(self.kernel, name)
-        if name != self.name:
+        if name not in (self.name, self.name + "_on"):
             return run
 
         def counted(*addresses):

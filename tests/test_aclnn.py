@@ -568,6 +568,54 @@ def test_upsample_formats_against_torch(rng, fmt_go, fmt_gi, in_dhw, out_dhw, sc
     assert_close("gradInput", arrays["gradInput"], physical(numpy_array(expected), fmt_gi), 1e-12, 1e-12)
 
 
+GAPS = {  # gradInput views in the physical order of their format, each with gaps
+    "W every other element": lambda parent: parent[..., ::2],
+    "H rows apart": lambda parent: parent[:, :, :, ::2],
+    "W reversed": lambda parent: parent[..., ::-2],
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("fmt", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("gaps", list(GAPS))
+def test_upsample_writes_into_strided_views(rng, dtype, fmt, gaps):
+    """gradInput may be a view with any strides (CANN computes into a contiguous tensor and
+    ViewCopies it in): phase one succeeds, phase two writes the NumPy API's bits in place and
+    touches nothing around them, and the workspace counts the contiguous copy."""
+    arrays = upsample_arrays(rng, dtype=dtype, fmt=fmt)
+    dense = arrays["gradInput"]
+    double = tuple(2 * n if k in (3, 4) else n for k, n in enumerate(dense.shape))
+    parent = np.full(double, 7.0, dtype)
+    view = GAPS[gaps](parent)[tuple(slice(n) for n in dense.shape)]
+    assert view.shape == dense.shape and not view.flags.c_contiguous
+    size = run_upsample(upsample_args(dict(arrays, gradInput=view), fmt=fmt))
+    expected = volsample.upsample_trilinear_3d_backward(arrays["gradOut"], arrays["input_size"],
+                                                        layout=LAYOUT[fmt])
+    assert_bitwise_equal("gradInput", np.ascontiguousarray(view), expected)
+    untouched = np.ones(parent.shape, bool)
+    GAPS[gaps](untouched)[tuple(slice(n) for n in dense.shape)] = False
+    assert (parent[untouched] == 7.0).all()
+    assert size == run_upsample(upsample_args(arrays, fmt=fmt)) + dense.nbytes
+
+
+@pytest.mark.parametrize("fmt", ["NCDHW", "NDHWC"])
+def test_upsample_writes_sliced_batches_and_channels_as_they_are(rng, fmt):
+    """A gradInput cut from a larger volume along its first three physical axes keeps
+    dense planes: the kernels write it in place, with no contiguous copy to count."""
+    arrays = upsample_arrays(rng, dtype=np.float64, fmt=fmt)
+    dense = arrays["gradInput"]
+    parent = np.full(tuple(n + 2 for n in dense.shape[:3]) + dense.shape[3:], 7.0)
+    view = parent[1:-1, 1:-1, 1:-1]
+    assert not view.flags.c_contiguous
+    size = run_upsample(upsample_args(dict(arrays, gradInput=view), fmt=fmt))
+    expected = volsample.upsample_trilinear_3d_backward(arrays["gradOut"], arrays["input_size"],
+                                                        layout=LAYOUT[fmt])
+    assert_bitwise_equal("gradInput", np.ascontiguousarray(view), expected)
+    view[...] = 7.0
+    assert (parent == 7.0).all()
+    assert size == run_upsample(upsample_args(arrays, fmt=fmt))
+
+
 @pytest.mark.parametrize("position, value", [
     (p, v) for p in range(8) for v in WEIRD
 ], ids=lambda x: x if isinstance(x, int) else type(x).__name__)
@@ -719,7 +767,7 @@ def test_phase_one_internal_error_is_a_status(valid_grid, monkeypatch):
 def test_repeated_calls_run_their_plans_on_their_own_arrays(rng, dtype, fmt, dense):
     # A phase one met before (the arguments' kinds, formats, shapes, strides, dtypes,
     # writability and values, and the thread count) takes its plan and prepared kernel,
-    # unchecked: each call runs on its own arrays (gradOutput a strided view; the grid
+    # unchecked: each call runs on its own arrays (gradOutput a strided view; the
     # gradients dense or with gaps, which the kernels leave alone: the general path), with
     # the NumPy API's bits on 1 and 2 threads. A read-only output of a planned call still
     # fails its check.
@@ -749,7 +797,7 @@ def test_repeated_calls_run_their_plans_on_their_own_arrays(rng, dtype, fmt, den
             upsample = upsample_arrays(rng, dtype, in_dhw=(4, 5, 4), out_dhw=(6, 7, 6),
                                        fmt=fmt)
             upsample.update(gradOut=strided(upsample["gradOut"]),
-                            gradInput=output(upsample["gradInput"].shape, dense=True))
+                            gradInput=output(upsample["gradInput"].shape))
             run_upsample(upsample_args(upsample, fmt, scales=(1.5, 1.4, 1.5)))
             assert_bitwise_equal(f"call {k}: gradInput", upsample["gradInput"],
                                  volsample.upsample_trilinear_3d_backward(
@@ -760,8 +808,7 @@ def test_repeated_calls_run_their_plans_on_their_own_arrays(rng, dtype, fmt, den
             plans = list(module._PLANS.values())
             assert len(plans) == 2
             sixteen_bit_gradient = module is _grid_sampler3d_backward and dtype == np.float16
-            planes_dense = dense or module is _upsample_trilinear3d_backward
-            assert all((p.kernel is not None) == (dtype != ml_dtypes.bfloat16 and planes_dense
+            assert all((p.kernel is not None) == (dtype != ml_dtypes.bfloat16 and dense
                                                   and not sixteen_bit_gradient) for p in plans)
         grid["inputGrad"].flags.writeable = False
         assert_failed(aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(
@@ -808,17 +855,24 @@ def one_thread():
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("in_dhw, out_dhw", [((6, 7, 8), (12, 14, 16)), ((6, 7, 8), (6, 7, 24))])
-def test_upsample_workspace_covers_real_scratch(rng, one_thread, dtype, in_dhw, out_dhw):
+@pytest.mark.parametrize("gaps", [None, "W every other element"])
+def test_upsample_workspace_covers_real_scratch(rng, one_thread, dtype, in_dhw, out_dhw, gaps):
     """The workspace bounds the memory phase two allocates (as NumPy reports it to
     tracemalloc), and is the scratch the C++ kernels document (their per-axis tables and
     planes, which tracemalloc cannot see: tests/test_memory.py checks those against the
-    resident set). Results go straight into gradInput: nothing is staged."""
+    resident set). Results go straight into a dense gradInput: nothing is staged; a
+    gradInput with gaps adds its contiguous copy."""
     arrays = upsample_arrays(rng, dtype=dtype, N=2, C=3, in_dhw=in_dhw, out_dhw=out_dhw)
+    staged = 0
+    if gaps is not None:
+        dense = arrays["gradInput"]
+        staged = dense.nbytes
+        arrays["gradInput"] = GAPS[gaps](np.zeros(dense.shape[:-1] + (2 * dense.shape[-1],), dtype))
     size, peak = traced_peak(
         lambda: aclnn.aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(**upsample_args(arrays)))
     assert peak <= size + PYTHON_OVERHEAD, f"phase two allocated {peak} bytes, workspace {size}"
     grad_out = arrays["gradOut"]
-    assert size == volsample.upsample.backward_workspace_nbytes(
+    assert size == staged + volsample.upsample.backward_workspace_nbytes(
         grad_out.shape, (2, 3) + tuple(in_dhw), dtype, threads=1)
 
 

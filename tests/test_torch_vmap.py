@@ -22,6 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from test_torch import kink_free_grid  # noqa: E402
 from helpers import KernelRuns  # noqa: E402
 
@@ -233,23 +234,24 @@ def test_functions_called_without_their_defaults_fill_them_in():
     assert x.grad is not None and x.grad.shape == x.shape
 
 
-def test_calls_skip_the_dispatcher_only_where_nothing_watches_it():
-    from torch.utils._python_dispatch import TorchDispatchMode
+class _Seen(TorchDispatchMode):
+    """A dispatch mode that records the ops it sees."""
 
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_calls_skip_the_dispatcher_only_where_nothing_watches_it():
     x, grid = torch.randn(1, 2, 4, 4, 4), torch.rand(1, 2, 2, 2, 3) * 2 - 1
     expected = F.grid_sample(x, grid, align_corners=False)
     # A lazily negated view: the dispatcher resolves the negation before the kernel reads.
     torch.testing.assert_close(vt.grid_sample(torch._neg_view(x), grid), -expected)
-
-    class Seen(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-    with Seen() as seen:
+    with _Seen() as seen:
         torch.testing.assert_close(vt.grid_sample(x, grid), expected)
     assert "volsample.grid_sampler_3d.default" in seen.ops
     with torch.profiler.profile() as profile:
@@ -260,6 +262,71 @@ def test_calls_skip_the_dispatcher_only_where_nothing_watches_it():
     assert "volsample::grid_sampler_3d" in str(traced.graph)
     other = torch.rand(1, 2, 2, 2, 3) * 2 - 1
     torch.testing.assert_close(traced(x, other), F.grid_sample(x, other, align_corners=False))
+
+
+def test_eager_backward_skips_the_dispatcher_only_where_nothing_watches_it():
+    """The backward of an eager call on plain CPU tensors runs the CPU kernel directly
+    unless its gradient or the backward's context asks for the dispatcher: a dispatch
+    mode or the profiler around ``backward()`` sees the backward op, a lazily negated
+    gradient is resolved first, and a differentiated backward (create_graph) keeps its
+    graph."""
+    x = torch.randn(1, 2, 4, 4, 4, dtype=torch.float64, requires_grad=True)
+    grid = (torch.rand(1, 2, 2, 2, 3, dtype=torch.float64) * 2 - 1).requires_grad_()
+    go = torch.randn(1, 2, 2, 2, 2, dtype=torch.float64)
+    expected = torch.autograd.grad(F.grid_sample(x, grid, align_corners=False), (x, grid), go)
+
+    def gradients(grad_output, **kwargs):
+        return torch.autograd.grad(vt.grid_sample(x, grid), (x, grid), grad_output, **kwargs)
+    with _Seen() as seen:
+        got = gradients(go)
+    assert "volsample.grid_sampler_3d_backward.default" in seen.ops
+    torch.testing.assert_close(got, expected)
+    with torch.profiler.profile() as profile:
+        gradients(go)
+    assert any(e.name == "volsample::grid_sampler_3d_backward" for e in profile.events())
+    got = gradients(torch._neg_view(-go))
+    torch.testing.assert_close(got, expected)
+    got = gradients(go, create_graph=True)
+    assert all(g.requires_grad for g in got)
+    torch.testing.assert_close(got, expected)
+
+
+def test_eager_warp_backward_skips_the_dispatcher_only_where_nothing_watches_it():
+    """As grid_sample's: warp's eager backward runs the fused CPU kernel unless a dispatch
+    mode or the profiler watches, or the gradient is a lazily negated view."""
+    x = torch.randn(1, 2, 4, 4, 4, dtype=torch.float64, requires_grad=True)
+    theta = (torch.eye(3, 4, dtype=torch.float64) + 0.1 * torch.randn(1, 3, 4,
+                                                                     dtype=torch.float64))
+    u = (0.1 * torch.randn(1, 3, 2, 3, 3, dtype=torch.float64)).requires_grad_()
+    theta.requires_grad_()
+    go = torch.randn(1, 2, 3, 2, 3, dtype=torch.float64)
+
+    def gradients(grad_output):
+        return torch.autograd.grad(vt.warp(x, theta, u), (x, theta, u), grad_output)
+    expected = gradients(go)
+    with _Seen() as seen:
+        torch.testing.assert_close(gradients(go), expected)
+    assert "volsample.warp_3d_backward.default" in seen.ops
+    with torch.profiler.profile() as profile:
+        gradients(go)
+    assert any(e.name == "volsample::warp_3d_backward" for e in profile.events())
+    torch.testing.assert_close(gradients(torch._neg_view(-go)), expected)
+
+
+def test_modes_met_before_still_check_every_argument():
+    """A call's mode strings and bool met before skip their checks, never the tensors'
+    (kinds, ranks) or a value of another kind (1 is not a bool)."""
+    x, grid = torch.randn(1, 2, 4, 4, 4), torch.rand(1, 2, 2, 2, 3) * 2 - 1
+    for _ in range(2):
+        vt.grid_sample(x, grid, "nearest", "border", True)
+        with pytest.raises(TypeError, match="align_corners"):
+            vt.grid_sample(x, grid, "nearest", "border", 1)
+        with pytest.raises(TypeError, match="'input'"):
+            vt.grid_sample(x.numpy(), grid, "nearest", "border", True)
+        with pytest.raises(RuntimeError, match="5D input"):
+            vt.grid_sample(x[0], grid, "nearest", "border", True)
+        with pytest.raises(ValueError, match="padding_mode"):
+            vt.grid_sample(x, grid, "nearest", "borders", True)
 
 
 def _thp_eligible(address):

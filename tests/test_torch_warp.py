@@ -264,3 +264,53 @@ def test_cubic_gradcheck_gradgradcheck_forward_ad(mode, padding_mode):
                                  displacement_units="voxels")
     assert torch.autograd.gradcheck(fn, (x, theta, u), check_forward_ad=True)
     assert torch.autograd.gradgradcheck(fn, (x, theta, u))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
+@pytest.mark.parametrize("theta_given", [True, False])
+def test_repeated_calls_run_on_their_own_tensors(dtype, fmt, theta_given):
+    """CPU calls after the first of a key (the tensors' shapes, strides and dtypes, the
+    other arguments, the thread count) run with the description and kernel arguments of
+    the first (bfloat16, and a 16-bit grad_input: the general path), each on its own
+    tensors, forward and fused backward: the NumPy API's bits, on 1 and 2 threads."""
+    from volsample import _calls
+    _calls.forget_prepared_calls()
+    threads = volsample.get_num_threads()
+    coord = torch.float64 if dtype == torch.float64 else torch.float32
+    try:
+        for k in range(4):
+            volsample.set_num_threads(1 + k % 2)
+            x, theta, u = operands(coord, seed=10 + k)
+            x = x.detach().to(dtype)
+            if fmt == "channels_last":
+                x = x.contiguous(memory_format=torch.channels_last_3d)
+            x.requires_grad_()
+            theta = theta if theta_given else None
+            sampling = ("bilinear", "border", True)
+            out = vt.warp(x, theta, u, None, *sampling, displacement_units="voxels")
+            go = torch.randn_like(out)
+            wrt = [t for t in (x, theta, u) if t is not None]
+            grads = list(torch.autograd.grad(out, wrt, go))
+            if theta is None:
+                grads.insert(1, None)
+            layout = "NDHWC" if fmt == "channels_last" else "NCDHW"
+            physical = ((lambda a: a.transpose(0, 2, 3, 4, 1)) if layout == "NDHWC"
+                        else (lambda a: a))
+            arrays = [None if t is None else _logical(t) for t in (x, theta, u, go)]
+            expected = volsample.warp_3d(physical(arrays[0]), arrays[1], arrays[2], None,
+                                         *sampling, layout=layout, displacement_units="voxels")
+            expected_grads = volsample.warp_3d_backward(
+                physical(arrays[3]), physical(arrays[0]), arrays[1], arrays[2], *sampling,
+                layout=layout, displacement_units="voxels")
+            assert_bitwise_equal(f"call {k}: output", physical(_logical(out)), expected)
+            for name, got, want in zip(("input", "theta", "displacement"), grads,
+                                       expected_grads):
+                if want is None:
+                    assert got is None, name
+                    continue
+                got = _logical(got)
+                assert_bitwise_equal(f"call {k}: grad {name}",
+                                     physical(got) if name == "input" else got, want)
+    finally:
+        volsample.set_num_threads(threads)

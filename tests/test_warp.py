@@ -407,3 +407,119 @@ def test_warp_rejects_an_out_it_cannot_write(case, error, match):
         out.flags.writeable = False
     with pytest.raises(error, match=match):
         volsample.warp_3d(volume, theta, displacement, out=out)
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("dtype, coord_dtype", [(np.float32, np.float32), (np.float64, np.float64),
+                                                (np.float16, np.float32), (BF16, np.float32)],
+                         ids=["float32", "float64", "float16", "bfloat16"])
+@pytest.mark.parametrize("operands", OPERANDS, ids=str)
+def test_repeated_calls_run_on_their_own_arrays(layout, dtype, coord_dtype, operands):
+    """Calls after the first of a key (the arrays' shapes, strides and dtypes, the other
+    arguments, the thread count) run the kernel with the arguments worked out then
+    (bfloat16: the general path; a 16-bit grad_input: the general backward), each on its
+    own arrays (strided views at offsets, a grad_displacement_out inside a larger field),
+    with the bits of the general path on contiguous copies, on 1 and 2 threads; a wrong
+    argument of a prepared call still raises."""
+    _calls.forget_prepared_calls()
+    rng = np.random.default_rng(12)
+    sixteen = np.dtype(dtype).itemsize == 2
+    threads = volsample.get_num_threads()
+    arguments = ("bilinear", "reflection", True)
+    try:
+        for k in range(4):
+            volsample.set_num_threads(1 + k % 2)
+            x = rng.standard_normal((2, 3, 5, 6, 9)).astype(dtype)[..., 1::2]
+            theta = (np.eye(3, 4) + 0.1 * rng.standard_normal((2, 3, 4))).astype(coord_dtype)
+            u = (0.1 * rng.standard_normal((2, 4, 3, 6, 3))).astype(coord_dtype)[:, :, :, 1:]
+            go = rng.standard_normal((2, 3, 4, 3, 6)).astype(dtype)[..., 1:]
+            theta, u = given(operands, theta, u)
+            field = np.full((2, 5, 4, 6, 3), np.nan, coord_dtype)
+            part = None if u is None else field[:, 1:, 1:, 1:]
+            stored_x, stored_go = (a.transpose(0, 2, 3, 4, 1) if layout == "NDHWC" else a
+                                   for a in (x, go))
+            size = (4, 3, 5) if u is None else None
+            out = volsample.warp_3d(stored_x, theta, u, size, *arguments, layout=layout,
+                                    displacement_units="voxels")
+            grads = volsample.warp_3d_backward(stored_go, stored_x, theta, u, *arguments,
+                                               layout=layout, displacement_units="voxels",
+                                               grad_displacement_out=part)
+            # the general path, on contiguous copies
+            copies = [None if a is None else np.ascontiguousarray(a) for a in (go, x, theta, u)]
+            call = _calls.warp_backward(*(None if a is None else _calls.operand(n, a) for n, a in
+                                          zip(("grad_output", "input", "theta", "displacement"),
+                                              copies)),
+                                        volsample._tables.MODES.code("bilinear"),
+                                        volsample._tables.PADDINGS.code("reflection"), True,
+                                        volsample._tables.UNITS.code("voxels"), cubic=True)
+            expected = np.empty(call.output_shape, dtype)
+            cpu_warp.forward(call, *copies[1:], expected)
+            expected_grads = (np.empty(x.shape, dtype),
+                              None if theta is None else np.empty(theta.shape, coord_dtype),
+                              None if u is None else np.empty(u.shape, coord_dtype))
+            cpu_warp.backward(call, *copies, *expected_grads)
+            if layout == "NDHWC":
+                out = out.transpose(0, 4, 1, 2, 3)
+                grads = (grads[0].transpose(0, 4, 1, 2, 3),) + grads[1:]
+            assert_bitwise_equal(f"call {k}: output", out, expected)
+            for name, ours, theirs in zip(("grad_input", "grad_theta", "grad_displacement"),
+                                          grads, expected_grads):
+                if theirs is None:
+                    assert ours is None, name
+                else:
+                    assert_bitwise_equal(f"call {k}: {name}", ours, theirs)
+            if part is not None:
+                assert grads[2] is part
+                outside = np.ones(field.shape, bool)
+                outside[:, 1:, 1:, 1:] = False
+                assert np.isnan(field[outside]).all()
+        assert bool(volsample.warp._PREPARED_FORWARDS) == (dtype != BF16)
+        assert bool(volsample.warp._PREPARED_BACKWARDS) == (not sixteen)
+        with pytest.raises(volsample.InvalidArgumentError, match="align_corners"):
+            volsample.warp_3d(stored_x, theta, u, size, "bilinear", "reflection", 1,
+                              layout=layout, displacement_units="voxels")
+        if part is not None:
+            part.flags.writeable = False
+            with pytest.raises(ValueError, match="grad_displacement_out: expected a writeable"):
+                volsample.warp_3d_backward(stored_go, stored_x, theta, u, *arguments,
+                                           layout=layout, displacement_units="voxels",
+                                           grad_displacement_out=part)
+    finally:
+        volsample.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("argument,value", [("mode", ["bilinear"]), ("padding_mode", {}),
+                                            ("align_corners", [True]), ("layout", ["NCDHW"]),
+                                            ("displacement_units", ["voxels"]),
+                                            ("output_mask", {})])
+def test_unhashable_arguments_are_named(argument, value):
+    """A call's prepared kernels are found by its arguments: one that cannot be a key (a
+    list, a dict) is still the checks' to name, before and after the call is prepared."""
+    volume, theta, displacement = _warp_case()
+    grad_output = np.zeros((1, 2, 4, 5, 3), np.float32)
+    for _ in range(2):
+        if argument != "output_mask":
+            with pytest.raises((TypeError, ValueError), match=f"^{argument}: "):
+                volsample.warp_3d(volume, theta, displacement, **{argument: value})
+        with pytest.raises((TypeError, ValueError), match=f"^{argument}: "):
+            volsample.warp_3d_backward(grad_output, volume, theta, displacement,
+                                       **{argument: value})
+        volsample.warp_3d(volume, theta, displacement)
+        volsample.warp_3d_backward(grad_output, volume, theta, displacement)
+
+
+def test_a_prepared_warp_still_checks_its_out():
+    """out's strides are part of a prepared call's key; its writability is checked on
+    every call."""
+    _calls.forget_prepared_calls()
+    volume, theta, displacement = _warp_case()
+    expected = volsample.warp_3d(volume, theta, displacement)
+    out = np.full(expected.shape, np.nan, np.float32)
+    for _ in range(2):  # the second call runs the prepared kernel
+        out[...] = np.nan
+        assert volsample.warp_3d(volume, theta, displacement, out=out) is out
+        assert_bitwise_equal("warp_3d into out", out, expected)
+    assert len(volsample.warp._PREPARED_FORWARDS) == 2  # with and without out
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="out: expected a writeable"):
+        volsample.warp_3d(volume, theta, displacement, out=out)

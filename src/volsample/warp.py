@@ -12,12 +12,12 @@ Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
-from . import _calls, _checks, _layout
+from . import _calls, _checks, _config, _layout
 from ._cpu import warp as _backend
 from ._tables import MODES, PADDINGS, UNITS
 
@@ -87,6 +87,14 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     array([[0.5, 1. ],
            [2.5, 3. ]], dtype=float32)
     """
+    key = _key((input, theta, displacement, out), _calls.typed(size), mode, padding_mode,
+               type(align_corners), align_corners, layout, displacement_units)
+    prepared = _PREPARED_FORWARDS.get(key) if key is not None else None
+    if prepared is not None:  # a call met before (as grid_sample_3d's)
+        written, returned = ((_layout.logical(out := prepared.allocate(), layout), out)
+                             if out is None else _layout.result(prepared.call, out))
+        prepared.kernel.forward_on(_layout.logical(input, layout), theta, displacement, written)
+        return returned
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
     units = UNITS.code(displacement_units)
     a = _arrays(input=input, theta=theta, displacement=displacement)
@@ -94,9 +102,42 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     call = _calls.warp(ops[0], ops[1], ops[2], size, mode, padding_mode, align_corners, units,
                        layout, labels=True, cubic=True)
     out, returned = _layout.result(call, out)
-    _backend.forward(call, _layout.logical(a["input"], call.layout), a["theta"],
-                     a["displacement"], out)
+    arrays = _layout.logical(a["input"], call.layout), a["theta"], a["displacement"], out
+    # (out's strides are in the key: a call met before writes an out of the strides its
+    # kernel was prepared for)
+    kernel = _backend.prepare_forward(call, *arrays) if key is not None else None
+    if kernel is None:
+        _backend.forward(call, *arrays)
+    else:
+        kernel.forward_on(*arrays)
+        _calls.remember(_PREPARED_FORWARDS, key, _Prepared(kernel, call, _layout.allocator(
+            _layout.physical_shape(call.output_shape, layout), call.dtype, name="output")))
     return returned
+
+
+def _key(arrays, *arguments):
+    """The key of a call met before (as grid_sample_3d's): its arrays' ``_calls.array_key``
+    (None for an absent one), its other arguments and the thread count; None where one is
+    not a NumPy array where an array goes (the checks then convert or name it) or cannot
+    be hashed."""
+    if not all(a is None or type(a) is np.ndarray for a in arrays) or arrays[0] is None:
+        return None
+    return _calls.prepared_key(*(None if a is None else _calls.array_key(a) for a in arrays),
+                               *arguments, _config.get_num_threads())
+
+
+class _Prepared(NamedTuple):
+    """A call's prepared kernel (``_cpu.warp.prepare_forward`` or ``prepare_backward``), its description (``out``'s checks)
+    and its result's allocator (``_layout.allocator``)."""
+    kernel: _backend.PreparedWarp
+    call: _calls.Warp
+    allocate: Callable[[], np.ndarray] | None  # (the forward's)
+
+
+# Per arrays' shapes, strides and dtypes, arguments and thread count: a call that passed
+# its checks before runs its kernel with the arguments worked out then.
+_PREPARED_FORWARDS = _calls.prepared_calls()
+_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarray | None = None,
@@ -136,12 +177,35 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     row in a fixed order, and rounded once. No grid-sized array is allocated for theta.
     Both are exactly 0 for nearest sampling.
     """
+    key = _key((grad_output, input, theta, displacement, grad_displacement_out), mode,
+               padding_mode, type(align_corners), align_corners, _calls.typed(output_mask),
+               layout, displacement_units)
+    prepared = _PREPARED_BACKWARDS.get(key) if key is not None else None
+    if prepared is not None:  # a call met before (as warp_3d's)
+        return _backward_on(prepared, grad_output, input, theta, displacement,
+                            grad_displacement_out)
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
     units = UNITS.code(displacement_units)
     a = _arrays(grad_output=grad_output, input=input, theta=theta, displacement=displacement)
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding_mode,
                                 align_corners, units, output_mask, layout, cubic=True)
+    gradients = _gradients(call, grad_displacement_out)
+    arrays = (_layout.logical(a["grad_output"], call.layout),
+              _layout.logical(a["input"], call.layout), a["theta"], a["displacement"],
+              *gradients)
+    kernel = _backend.prepare_backward(call, *arrays) if key is not None else None
+    if kernel is None:
+        _backend.backward(call, *arrays)
+    else:
+        kernel.backward_on(*arrays)
+        _calls.remember(_PREPARED_BACKWARDS, key, _Prepared(kernel, call, None))
+    return _returned(call, *gradients)
+
+
+def _gradients(call, grad_displacement_out):
+    """The arrays a backward writes its gradients into (None for one not asked for):
+    grad_input a logical view."""
     want_input, want_theta, want_displacement = call.output_mask
     grad_input = (_layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
                   if want_input else None)
@@ -155,9 +219,19 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
         grad_displacement = _checks.out_array("grad_displacement_out", grad_displacement_out,
                                               call.grid_shape, call.coord_dtype,
                                               contiguous=False)
-    _backend.backward(call, _layout.logical(a["grad_output"], call.layout),
-                      _layout.logical(a["input"], call.layout), a["theta"], a["displacement"],
-                      grad_input, grad_theta, grad_displacement)
-    if grad_input is not None:
-        grad_input = _layout.physical(grad_input, call.layout)
     return grad_input, grad_theta, grad_displacement
+
+
+def _returned(call, grad_input, grad_theta, grad_displacement):
+    return (None if grad_input is None else _layout.physical(grad_input, call.layout),
+            grad_theta, grad_displacement)
+
+
+def _backward_on(prepared, grad_output, input, theta, displacement, grad_displacement_out):
+    """A prepared backward on new arrays: no checks but ``grad_displacement_out``'s."""
+    call = prepared.call
+    gradients = _gradients(call, grad_displacement_out)
+    prepared.kernel.backward_on(_layout.logical(grad_output, call.layout),
+                                _layout.logical(input, call.layout), theta, displacement,
+                                *gradients)
+    return _returned(call, *gradients)

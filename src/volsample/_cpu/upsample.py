@@ -4,7 +4,9 @@
 Operands are NumPy arrays, volumes as logical (N, C, D, H, W) views of memory in
 ``call.layout`` (any strides); results are written whole into the caller's arrays, of the
 operand's dtype (16-bit data is computed in float32 inside the kernels and rounded once).
-A call that changes no spatial size is a copy.
+The kernels write planes whose rows are dense (``dense_planes``); a result array whose
+planes are not is computed into a contiguous copy, then copied in. A call that changes no
+spatial size is a copy.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import math
 
 import numpy as np
 
-from .. import _config, _dtypes
+from .. import _config, _dtypes, _layout
 from . import _kernels, operand
 
 
@@ -27,22 +29,37 @@ def _threads(src_shape, dst_shape, threads) -> int:
     return _config.threads_for(max(math.prod(src_shape), math.prod(dst_shape)))
 
 
+def dense_planes(dst: np.ndarray, layout: str) -> bool:
+    """Whether the kernels can write ``dst`` (a logical (N, C, D, H, W) view in ``layout``)
+    as it is: each plane's rows H, W (and, channels last, C innermost) contiguous in that
+    order; the N, C (channels first) and D strides are free."""
+    _, C, _, H, W = dst.shape
+    step = dst.itemsize
+    inner = C if layout == "NDHWC" else 1
+    return ((inner == 1 or dst.strides[1] == step) and (W == 1 or dst.strides[4] == inner * step)
+            and (H == 1 or dst.strides[3] == W * inner * step))
+
+
 def _resample(kernel, call, src, dst, threads):
     if dst.size == 0:  # a zero N or C: nothing to compute
         return
     if call.identity:
         np.copyto(dst, src)
         return
-    kernel(operand(src), operand(dst), call.layout == "NDHWC", call.align_corners,
+    staged = dst if dense_planes(dst, call.layout) else _layout.empty(
+        dst.shape, dst.dtype, call.layout, name="the result's contiguous copy")
+    kernel(operand(src), operand(staged), call.layout == "NDHWC", call.align_corners,
            _scales(call.scales), _threads(src.shape, dst.shape, threads))
+    if staged is not dst:
+        np.copyto(dst, staged)
 
 
 def prepare(call, src, dst, threads=None):
     """A ``_kernels.PreparedUpsample`` of the call from arrays of ``src``'s and ``dst``'s
     shapes, strides and dtypes: ``.forward(src_address, dst_address)`` runs ``forward``'s
     map, ``.backward(...)`` ``backward``'s; None for a call that copies or has nothing to
-    compute."""
-    if dst.size == 0 or call.identity:
+    compute, or a ``dst`` whose planes the kernels cannot write as they are."""
+    if dst.size == 0 or call.identity or not dense_planes(dst, call.layout):
         return None
     return _kernels.PreparedUpsample(operand(src), operand(dst), call.layout == "NDHWC",
                                      call.align_corners, _scales(call.scales),
@@ -62,15 +79,18 @@ def backward(call, grad_output, grad_input, threads=None) -> None:
     _resample(_kernels.upsample_backward, call, grad_output, grad_input, threads)
 
 
-def workspace_nbytes(call, backward: bool, threads=None) -> int:
+def workspace_nbytes(call, backward: bool, threads=None, result: np.ndarray | None = None) -> int:
     """Bytes the kernel of the call's forward (or, with ``backward``, of its backward)
-    allocates beyond its result: the per-axis tables and each running thread's scratch."""
+    allocates beyond its result: the per-axis tables and each running thread's scratch,
+    and the contiguous copy of a ``result`` array (the caller's, when known) whose planes
+    are not dense."""
     src, dst = ((call.output_shape, call.input_shape) if backward
                 else (call.input_shape, call.output_shape))
     if 0 in dst or call.identity:
         return 0
     double = _dtypes.compute_dtype(call.dtype) == _dtypes.FLOAT64
-    return int(_kernels.upsample_workspace_nbytes(
+    staged = 0 if result is None or dense_planes(result, call.layout) else result.nbytes
+    return staged + int(_kernels.upsample_workspace_nbytes(
         tuple(src), tuple(dst), double, call.layout == "NDHWC", call.align_corners,
         _scales(call.scales), _threads(src, dst, threads), backward))
 

@@ -17,7 +17,10 @@ C's types would guarantee):
 The scales are used only when all three are > 0; otherwise every axis maps by its sizes.
 The checks are volsample's shared ones (``_checks``) run in CANN's order, plus the rules
 only aclnn has (``_runtime``); a passing call becomes the op layer's description
-(``_calls``), which the C++ backend runs straight into the caller's gradInput.
+(``_calls``), which the C++ backend runs straight into the caller's gradInput. gradInput
+may have any strides: as CANN computes into a contiguous tensor and ``ViewCopy``s it into
+gradInput, a gradInput whose planes the kernels cannot write as they are is written
+through a contiguous copy, which the workspace counts.
 """
 from __future__ import annotations
 
@@ -144,7 +147,7 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(
                                         bool(alignCorners), _used_scales(scales),
                                         gradInput.layout, shape_order="NCDHW", dialect=rt.ACL)
         operands = gradOut.logical(), gradInput.logical()
-        plan = _Plan(call, _backend.workspace_nbytes(call, backward=True),
+        plan = _Plan(call, _backend.workspace_nbytes(call, backward=True, result=operands[1]),
                      _backend.prepare_backward(call, *operands) if preparable(*operands)
                      else None)
         if key is not None:
@@ -159,7 +162,8 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(
 
 class _Plan(NamedTuple):
     """A checked call's description, workspace and prepared kernel (None: the general
-    path, ``_cpu.upsample.backward``: a copy, nothing to compute, or bfloat16)."""
+    path, ``_cpu.upsample.backward``: a copy, nothing to compute, bfloat16, or a gradInput
+    written through a contiguous copy)."""
     call: _calls.Upsample
     workspace_size: int
     kernel: Any

@@ -360,14 +360,14 @@ def tensor_key(t: torch.Tensor):
     return t.shape, t.stride(), t.dtype
 
 
-def empty_strided(layout, dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised CPU result of ``layout`` (its shape and strides; ``huge_pages``)."""
-    return huge_pages(torch.empty_strided(*layout, dtype=dtype))
-
-
-def strided_layout(t: torch.Tensor):
-    """The (shape, strides) of ``t``, as ``empty_strided`` takes them."""
-    return tuple(t.shape), t.stride()
+def allocator(t: torch.Tensor):
+    """A function of no arguments that allocates an uninitialised CPU tensor of ``t``'s
+    shape, strides and dtype (advised onto huge pages where ``huge_pages`` would): a
+    prepared call's result, allocated with nothing worked out again."""
+    new = functools.partial(torch.empty_strided, tuple(t.shape), t.stride(), dtype=t.dtype)
+    if t.numel() * t.element_size() < _HUGE_PAGE_BYTES:
+        return new
+    return lambda: huge_pages(new())
 
 
 # ---------------------------------------------------------------------------------------
@@ -481,13 +481,13 @@ def below_autograd(op, *args):
     kernel: the dispatcher's round trip into Python costs more than a small kernel, and
     there is nothing for it to do (its other keys would fall through)."""
     kernel = _CPU_KERNELS.get(op)
-    if kernel is not None and _direct(args):
+    if kernel is not None and direct(args):
         return kernel(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
 
 
-def _direct(args) -> bool:
+def direct(args) -> bool:
     """Whether a call may skip the dispatcher: no dispatch or function mode (FakeTensor,
     tracing, opcheck, ``torch.device`` contexts), no torch.func transform, no profiler
     (which records ops at the dispatcher), no ``torch.jit.trace`` (whose tracer is a
@@ -513,9 +513,9 @@ _is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 def eager(*tensors: torch.Tensor) -> bool:
     """Whether a door's call on ``tensors`` may go straight to the op's CPU kernel, or to
     its Function's C++ apply whose forward runs that kernel: nothing compiles or traces
-    it, no forward-AD level, and ``_direct``."""
+    it, no forward-AD level, and ``direct``."""
     return (not torch.compiler.is_compiling() and _forward_ad._current_level < 0
-            and _direct(tensors))
+            and direct(tensors))
 
 
 def cpu_kernel(op):

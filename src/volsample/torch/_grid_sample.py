@@ -68,7 +68,7 @@ def _returned(gradients, input, grid):
 
 class _PreparedForward(NamedTuple):
     kernel: Any  # _kernels.PreparedGridSample; None: nothing to compute
-    out: tuple   # the result's (shape, strides)
+    out: Any     # the result's _common.allocator
 
 
 @_common.custom_op("grid_sampler_3d", _FORWARD_SCHEMA)
@@ -76,13 +76,13 @@ def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners
     """``aten::grid_sampler_3d`` semantics: ``input`` (N, C, D, H, W) sampled at ``grid``
     (N, Do, Ho, Wo, 3), giving (N, C, Do, Ho, Wo) in the input's dtype and memory format."""
     modes = interpolation_mode, padding_mode, align_corners
-    key = (_common.tensor_key(input), _common.tensor_key(grid), *modes,
+    key = (*_common.tensor_key(input), *_common.tensor_key(grid), *modes,
            _config.get_num_threads())
     prepared = _PREPARED_FORWARDS.get(key)
     if prepared is None:
         prepared, out = _prepare_forward(key, input, grid, *modes)
     else:
-        out = _common.empty_strided(prepared.out, input.dtype)
+        out = prepared.out()
     if prepared.kernel is not None:
         prepared.kernel.forward(input.const_data_ptr(), grid.const_data_ptr(), out.data_ptr())
     return out
@@ -99,7 +99,7 @@ def _prepare_forward(key, input, grid, *modes) -> tuple[_PreparedForward, torch.
     kernel = _cpu.prepare_forward(call, _common.read_only_array(input),
                                   _common.read_only_array(grid), _common.writable_array(out))
     return _calls.remember(_PREPARED_FORWARDS, key,
-                           _PreparedForward(kernel, _common.strided_layout(out))), out
+                           _PreparedForward(kernel, _common.allocator(out))), out
 
 
 @_common.register_kernel(grid_sampler_3d, "cuda")
@@ -117,8 +117,8 @@ def _grid_sampler_3d_fake(input, grid, interpolation_mode, padding_mode, align_c
 class _PreparedBackward(NamedTuple):
     kernel: Any  # _kernels.PreparedGridSample; None: the general path (a 16-bit grad_input,
     #              or nothing for the kernel to do)
-    grad_input: tuple | None  # the gradients' (shape, strides), None where not asked for
-    grad_grid: tuple | None
+    grad_input: Any  # the gradients' _common.allocator, None where not asked for
+    grad_grid: Any
 
 
 @_common.custom_op("grid_sampler_3d_backward", _BACKWARD_SCHEMA)
@@ -127,18 +127,24 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
     """Gradients (grad_input, grad_grid) of ``grid_sampler_3d``; grad_input has the input's
     memory format, grad_grid is contiguous. ``output_mask`` selects them: one not asked
     for is not computed and comes back as an empty tensor (an op cannot return None)."""
+    return _returned(_backward(grad_output, input, grid, interpolation_mode, padding_mode,
+                               align_corners, output_mask), input, grid)
+
+
+def _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
+              output_mask):
+    """``grid_sampler_3d_backward``'s CPU work: (grad_input, grad_grid), None where not
+    asked for."""
     modes = interpolation_mode, padding_mode, align_corners
-    key = (_common.tensor_key(grad_output), _common.tensor_key(input), _common.tensor_key(grid),
-           *modes, *output_mask, _config.get_num_threads())
+    key = (*_common.tensor_key(grad_output), *_common.tensor_key(input),
+           *_common.tensor_key(grid), *modes, *output_mask, _config.get_num_threads())
     prepared = _PREPARED_BACKWARDS.get(key)
     if prepared is None:
         prepared, (grad_input, grad_grid) = _prepare_backward(key, grad_output, input, grid,
                                                               *modes, output_mask)
     else:
-        grad_input = None if prepared.grad_input is None else _common.empty_strided(
-            prepared.grad_input, input.dtype)
-        grad_grid = None if prepared.grad_grid is None else _common.empty_strided(
-            prepared.grad_grid, grid.dtype)
+        grad_input = None if prepared.grad_input is None else prepared.grad_input()
+        grad_grid = None if prepared.grad_grid is None else prepared.grad_grid()
     if prepared.kernel is None:
         call = _describe_backward(grad_output, input, grid, *modes, output_mask)
         _cpu.backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
@@ -147,7 +153,7 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
         prepared.kernel.backward(grad_output.const_data_ptr(), input.const_data_ptr(),
                                  grid.const_data_ptr(), _address(grad_input),
                                  _address(grad_grid))
-    return _returned((grad_input, grad_grid), input, grid)
+    return grad_input, grad_grid
 
 
 _PREPARED_BACKWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, mask, threads -> _PreparedBackward
@@ -160,8 +166,8 @@ def _prepare_backward(key, grad_output, input, grid, *modes_and_mask):
     gradients = _gradients(call, input, grid)
     kernel = _cpu.prepare_backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
                                    *map(_common.writable_array, gradients))
-    layouts = (None if t is None else _common.strided_layout(t) for t in gradients)
-    prepared = _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *layouts))
+    allocators = (None if t is None else _common.allocator(t) for t in gradients)
+    prepared = _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *allocators))
     return prepared, gradients
 
 
@@ -543,11 +549,17 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     >>> volsample.torch.grid_sample(volume, centre, align_corners=True).flatten()
     tensor([3.5000])
     """
-    with _common.torch_errors(_common.GRID_SAMPLER):
-        _common.tensor("input", input)
-        _common.tensor("grid", grid)
-        modes = (MODES.code(mode), PADDINGS.code(padding_mode),
-                 _common.align_corners(align_corners))
+    modes = (_CHECKED_MODES.get((mode, padding_mode, align_corners)) if type(mode) is str
+             and type(padding_mode) is str and type(align_corners) is bool else None)
+    if modes is None or not (isinstance(input, torch.Tensor) and isinstance(grid, torch.Tensor)
+                             and input.dim() == 5 and grid.dim() == 5):
+        with _common.torch_errors(_common.GRID_SAMPLER):
+            _common.tensor("input", input)
+            _common.tensor("grid", grid)
+            modes = (MODES.code(mode), PADDINGS.code(padding_mode),
+                     _common.align_corners(align_corners))
+        if type(mode) is str and type(padding_mode) is str and type(align_corners) is bool:
+            _CHECKED_MODES[mode, padding_mode, align_corners] = modes
     if _common.eager(input, grid):  # the shortest way: what _forward would pick, unchecked
         if torch.is_grad_enabled() and (input.requires_grad or grid.requires_grad):
             return _eager_apply(input, grid, *modes)
@@ -555,17 +567,35 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     return _forward(input, grid, *modes)
 
 
+# The kernel integers of (mode, padding_mode, align_corners) strings and bools met before
+# (a handful), so that a repeated call checks only its tensors' kinds and ranks.
+_CHECKED_MODES: dict = {}
 _cpu_forward = _common.cpu_kernel(grid_sampler_3d)
 _cpu_backward = _common.cpu_kernel(grid_sampler_3d_backward)
 
 
 class _EagerGridSampler3d(_GridSampler3d):
     """_GridSampler3d for ``grid_sample``'s eager calls on plain CPU tensors: its forward
-    runs the CPU kernel without asking again."""
+    runs the CPU kernel without asking again; it saves nothing for forward mode (an eager
+    call has no forward-AD level and no transform); its backward runs the CPU kernel
+    when the gradient is a plain CPU tensor too and nothing watches (``_common.direct``;
+    the operands were checked by the forward), else ``_GridSampler3d``'s."""
+
+    forward = staticmethod(_cpu_forward)  # (input, grid, interpolation_mode, padding_mode,
+    #                                        align_corners), one Python frame fewer
 
     @staticmethod
-    def forward(input, grid, interpolation_mode, padding_mode, align_corners):
-        return _cpu_forward(input, grid, interpolation_mode, padding_mode, align_corners)
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+        ctx.modes = inputs[2:]
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if torch.is_grad_enabled() or not _common.direct((grad_output,)):
+            return _GridSampler3d.backward(ctx, grad_output)
+        input, grid = ctx.saved_tensors
+        return *_backward(grad_output, input, grid, *ctx.modes, ctx.needs_input_grad[:2]), \
+            None, None, None
 
 
 _eager_apply = _common.c_apply(_EagerGridSampler3d)

@@ -54,7 +54,7 @@ def _describe_backward(grad_output, input_size, align_corners, scales) -> _calls
 
 class _Prepared(NamedTuple):
     kernel: Any  # _kernels.PreparedUpsample; None: the general path (a copy, or nothing)
-    result: tuple  # the result's (shape, strides)
+    result: Any  # the result's _common.allocator
 
 
 @_common.custom_op("upsample_trilinear3d", _FORWARD_SCHEMA)
@@ -80,12 +80,12 @@ def _resample(backward: bool, src, size, align_corners, scales):
         if prepared is None:
             prepared = _calls.remember(prepared_calls, key, _Prepared(
                 (_cpu.prepare_backward if backward else _cpu.prepare_forward)(call, *arrays),
-                _common.strided_layout(dst)))
+                _common.allocator(dst)))
         if prepared.kernel is None:
             (_cpu.backward if backward else _cpu.forward)(call, *arrays)
             return dst
     else:
-        dst = _common.empty_strided(prepared.result, src.dtype)
+        dst = prepared.result()
     run = prepared.kernel.backward if backward else prepared.kernel.forward
     run(src.const_data_ptr(), dst.data_ptr())
     return dst

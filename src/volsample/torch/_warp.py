@@ -14,6 +14,7 @@ derivative ops run on it. Semantics: docs/semantics.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import torch
 
@@ -87,18 +88,59 @@ def _read(t):
     return None if t is None else _common.read_only_array(t)
 
 
+class _Prepared(NamedTuple):
+    """What a CPU call of a key keeps (as grid sampling's prepared calls): its checked
+    description, its kernel arguments (``_cpu.warp.PreparedWarp``; None: the general
+    path, for bfloat16 views, a 16-bit grad_input or nothing to compute) and its results'
+    ``_common.allocator``s, None for one not asked for."""
+    call: _calls.Warp
+    kernel: Any
+    results: tuple
+
+
+def _key(*parts):
+    """A CPU call's key: its tensors' ``_common.tensor_key`` (None for an absent one), its
+    other arguments and the thread count."""
+    return tuple(None if p is None else _common.tensor_key(p) if isinstance(p, torch.Tensor)
+                 else p for p in parts) + (_config.get_num_threads(),)
+
+
+def _prepared(cache, key, call, kernel, results) -> _Prepared:
+    """The first CPU call of ``key``, remembered with its kernel (``_cpu.warp``'s
+    ``prepare_forward`` or ``prepare_backward`` of its arrays) and its result tensors
+    (None where not asked for)."""
+    return _calls.remember(cache, key, _Prepared(call, kernel, tuple(
+        None if t is None else _common.allocator(t) for t in results)))
+
+
 @_common.custom_op("warp_3d", _FORWARD_SCHEMA)
 def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
             displacement_units):
     """``input`` (N, C, D, H, W) sampled at ``affine_grid(theta, size) + displacement``
     (theta (N, 3, 4) or None: the identity; displacement (N, *size, 3) or None: 0),
     giving (N, C, *size) in the input's dtype and memory format; the grid is never stored."""
-    call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
-                     align_corners, displacement_units)
-    out = _common.empty_volume(call.output_shape, input)
-    _cpu.forward(call, _read(input), _read(theta), _read(displacement),
-                 _common.writable_array(out))
+    key = _key(input, theta, displacement, *size, interpolation_mode, padding_mode,
+               align_corners, displacement_units)
+    prepared = _PREPARED_FORWARDS.get(key)
+    if prepared is None:
+        call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
+                         align_corners, displacement_units)
+        out = _common.empty_volume(call.output_shape, input)
+    else:
+        call, out = prepared.call, prepared.results[0]()
+    arrays = _read(input), _read(theta), _read(displacement), _common.writable_array(out)
+    if prepared is None:
+        prepared = _prepared(_PREPARED_FORWARDS, key, call, _cpu.prepare_forward(call, *arrays),
+                             (out,))
+    if prepared.kernel is None:
+        _cpu.forward(call, *arrays)
+    else:
+        prepared.kernel.forward_on(*arrays)
     return out
+
+
+_PREPARED_FORWARDS = _calls.prepared_calls()  # _key -> _Prepared
+_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 @_common.register_kernel(warp_3d, "cuda")
@@ -131,11 +173,25 @@ def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode
     """Gradients (grad_input, grad_theta, grad_displacement) of ``warp_3d``, as
     ``output_mask`` selects them; one not asked for, or of an absent operand, comes back as
     an empty tensor. No grid-sized array is formed for theta's."""
-    call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
-                              padding_mode, align_corners, displacement_units, output_mask)
-    gradients = _gradients(call.output_mask, input, theta, displacement)
-    _cpu.backward(call, _read(grad_output), _read(input), _read(theta), _read(displacement),
-                  *map(_common.writable_array, gradients))
+    key = _key(grad_output, input, theta, displacement, interpolation_mode, padding_mode,
+               align_corners, displacement_units, *output_mask)
+    prepared = _PREPARED_BACKWARDS.get(key)
+    if prepared is None:
+        call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
+                                  padding_mode, align_corners, displacement_units, output_mask)
+        gradients = _gradients(call.output_mask, input, theta, displacement)
+    else:
+        call = prepared.call
+        gradients = tuple(None if new is None else new() for new in prepared.results)
+    arrays = (*map(_read, (grad_output, input, theta, displacement)),
+              *map(_common.writable_array, gradients))
+    if prepared is None:
+        prepared = _prepared(_PREPARED_BACKWARDS, key, call,
+                             _cpu.prepare_backward(call, *arrays), gradients)
+    if prepared.kernel is None:
+        _cpu.backward(call, *arrays)
+    else:
+        prepared.kernel.backward_on(*arrays)
     return _returned(gradients, input)
 
 
@@ -238,6 +294,14 @@ def _backward_op(grad_output, input, theta, displacement, *args):
                         displacement, *args)
 
 
+def _save_for_backward(ctx, inputs, output):
+    """What warp's backward reads: the operands, the size, the modes and the units."""
+    ctx.save_for_backward(*inputs[:3])
+    ctx.size = list(inputs[3])
+    ctx.modes = inputs[4:7]  # interpolation_mode, padding_mode, align_corners
+    ctx.units = inputs[7]
+
+
 class _Warp3d(_common.Function):
     generate_vmap_rule = True
 
@@ -250,11 +314,8 @@ class _Warp3d(_common.Function):
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs[:3])
+        _save_for_backward(ctx, inputs, output)
         ctx.save_for_forward(*inputs[:3])
-        ctx.size = list(inputs[3])
-        ctx.modes = inputs[4:7]  # interpolation_mode, padding_mode, align_corners
-        ctx.units = inputs[7]
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -392,4 +453,35 @@ def warp(input: torch.Tensor, theta: torch.Tensor | None = None,
                                        tuple(input.shape), spatial)
         args = (list(size), MODES.code(mode), PADDINGS.code(padding_mode),
                 _common.align_corners(align_corners), UNITS.code(displacement_units))
+    tensors = [t for t in (input, theta, displacement) if t is not None]
+    if _common.eager(*tensors):  # the shortest way: what _forward would pick, unchecked
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            return _eager_apply(input, theta, displacement, *args)
+        return _cpu_forward(input, theta, displacement, *args)
     return _forward(input, theta, displacement, *args)
+
+
+_cpu_forward = _common.cpu_kernel(warp_3d)
+_cpu_backward = _common.cpu_kernel(warp_3d_backward)
+
+
+class _EagerWarp3d(_Warp3d):
+    """_Warp3d for ``warp``'s eager calls on plain CPU tensors (as grid_sample's
+    ``_EagerGridSampler3d``): its forward is the CPU kernel; it saves nothing for forward
+    mode; its backward runs the fused CPU kernel when the gradient is a plain CPU tensor
+    and nothing watches the dispatcher and the backward is not differentiated, else
+    ``_Warp3d``'s."""
+
+    forward = staticmethod(_cpu_forward)
+    setup_context = staticmethod(_save_for_backward)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if torch.is_grad_enabled() or not _common.direct((grad_output,)):
+            return _Warp3d.backward(ctx, grad_output)
+        mask = list(ctx.needs_input_grad[:3])
+        gradients = _cpu_backward(grad_output, *ctx.saved_tensors, *ctx.modes, ctx.units, mask)
+        return tuple(g if m else None for g, m in zip(gradients, mask)) + (None,) * 5
+
+
+_eager_apply = _common.c_apply(_EagerWarp3d)
