@@ -497,11 +497,10 @@ def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buf
     is 0 outside the parts."""
     buffers = StepBuffers() if buffers is None else buffers
     shape, dtype = measure.fixed.shape, moving.dtype
-    whole = len(measure.parts) == 1 and measure.parts[0] == _WHOLE
     # zeros where no part writes
     warped = buffers("warped", shape, dtype, zero=True)
     pieces = []
-    for k, part in enumerate(measure.parts):
+    for part in measure.parts:
         region = _within(measure.box, part, measure.full_shape)
         part_map = _box_map(region, measure.full_shape)
         part_theta = theta if part_map is None else \
@@ -509,10 +508,7 @@ def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buf
         part_displacement = None if displacement is None else \
             displacement[(slice(None),) + region]
         size = tuple(r.stop - r.start for r in region)
-        piece = warped if whole else buffers(f"warped part {k}", size, dtype)
-        _sample(moving, part_theta, part_displacement, size, interp, piece)
-        if not whole:
-            warped[part] = piece
+        _sample(moving, part_theta, part_displacement, size, interp, warped[part])
         pieces.append((part, region, part_map, part_theta, part_displacement))
     sim, grad_warped = measure(warped)
     if measure.sign != 1:
@@ -690,7 +686,8 @@ class RegistrationResult:
     transform : ndarray, shape (4, 4), float64
         T, world millimetres to world millimetres (fixed to moving).
     displacement : ndarray, shape (D, H, W, 3), float32
-        d on the fixed grid, in millimetres along the fixed image's world axes.
+        d on the fixed grid, in millimetres along the fixed image's world axes (in Fortran
+        order, as NIfTI stores it).
     warped : ndarray, shape (D, H, W), float32
         The (normalised) moving volume on the fixed grid, sampled in ``register``'s
         ``interp``.
@@ -907,10 +904,12 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         del measure, buffers
     warped = _sample(pyramid[-1][2], theta, dense_displacement(
         control @ _moving_linear(theta, shape, control.dtype).T, shape), shape, interp)
-    # d in mm: the voxels' (i, j, k) map to world axes, on the control points (linear)
-    millimetres = dense_displacement(
-        np.ascontiguousarray(control[..., ::-1]) @ fixed_affine[:3, :3].T.astype(np.float32),
-        shape)[0]
+    # d in mm: the voxels' (i, j, k) map to world axes, on the control points (linear);
+    # upsampled with the axes reversed, (1, 3, W, H, D), so that its transpose (D, H, W, 3)
+    # is laid out as NIfTI stores it (Fortran order): written with no transposing copy
+    control_mm = control[0, ..., ::-1] @ fixed_affine[:3, :3].T.astype(np.float32)
+    millimetres = upsample_trilinear_3d(control_mm.T[None], size=tuple(shape[::-1]),
+                                        align_corners=True)[0].T
     return RegistrationResult(frame.transform(params), millimetres, warped, control, history,
                               fixed_affine, moving_affine, moving.shape, theta, shape)
 

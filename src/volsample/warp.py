@@ -61,8 +61,9 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
         ``input`` (VoxelMorph's and MONAI's fields): ``u`` voxels along x are
         ``u * 2 / (Wi - 1)`` normalised units with align_corners, ``u * 2 / Wi`` without.
     out : ndarray, optional
-        Where to write the result (C-contiguous, of the result's shape and dtype), e.g. the
-        previous step's, so that a loop allocates nothing; it is returned.
+        Where to write the result (of the result's shape and dtype, any strides: e.g. the
+        previous step's, so that a loop allocates nothing, or a part of a larger volume);
+        it is returned.
 
     ``theta`` and ``displacement`` share a dtype: ``input``'s, or float32/float64 beside
     a 16-bit or integer ``input``.
@@ -93,7 +94,7 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp(ops[0], ops[1], ops[2], size, mode, padding_mode, align_corners, units,
                        layout, labels=True, cubic=True)
-    out, returned = _layout.result(call, out)
+    out, returned = _layout.result(call, out, contiguous=False)
     _backend.forward(call, _layout.logical(a["input"], call.layout), a["theta"],
                      a["displacement"], out)
     return returned
