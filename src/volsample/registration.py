@@ -981,6 +981,7 @@ def _halve(volume):
 # ---------------------------------------------------------------------------------------
 
 
+_FEW_LABELS = 8  # label ranges compared label by label (three passes each, no index array)
 _JOINT_LABELS = 1 << 10  # label ranges counted in one joint histogram (a size^2 table)
 
 
@@ -989,8 +990,10 @@ def dice(a: np.ndarray, b: np.ndarray) -> float:
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype.kind in "iub" and b.dtype.kind in "iub" and a.size:
         # integer maps: counted per label (bincount), not compared label by label
-        low = min(int(a.min()), int(b.min()))
-        size = max(int(a.max()), int(b.max())) - low + 1
+        low, high = min(int(a.min()), int(b.min())), max(int(a.max()), int(b.max()))
+        if high - max(low, 1) < _FEW_LABELS:  # a few labels > 0 (a brain's tissue classes)
+            return _dice_of_labels(a, b, range(max(low, 1), high + 1))
+        size = high - low + 1
         if size <= _JOINT_LABELS:  # one pass: the (a, b) pairs' histogram
             index = a.astype(np.intp) * size
             index += b
@@ -1009,10 +1012,20 @@ def dice(a: np.ndarray, b: np.ndarray) -> float:
                     "dice: expected label maps with some label > 0, got none")
             return float(np.mean(2 * in_both[keep] / (in_a[keep] + in_b[keep])))
     labels = np.union1d(np.unique(a), np.unique(b))
-    labels = labels[labels > 0]
-    if labels.size == 0:
+    return _dice_of_labels(a, b, labels[labels > 0])
+
+
+def _dice_of_labels(a, b, labels) -> float:
+    """Mean Dice of two label maps over those of ``labels`` present in either, each label
+    compared voxel by voxel."""
+    scores = []
+    for k in labels:
+        in_a, in_b = a == k, b == k
+        total = np.count_nonzero(in_a) + np.count_nonzero(in_b)
+        if total:
+            scores.append(2 * np.count_nonzero(in_a & in_b) / total)
+    if not scores:
         raise InvalidArgumentError("dice: expected label maps with some label > 0, got none")
-    scores = [2 * np.sum((a == k) & (b == k)) / (np.sum(a == k) + np.sum(b == k)) for k in labels]
     return float(np.mean(scores))
 
 
