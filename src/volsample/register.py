@@ -208,13 +208,13 @@ class _Run:
 def _register(fixed, moving, labels, loss, settings, out_dir, progress,
               interp="bilinear") -> _Run:
     """Register, write the outputs in FIXED's grid and format, the report, and measure."""
-    # the report's thread imports matplotlib while the registration's kernels leave it the
-    # GIL, then draws while the outputs are warped and written
+    result, fixed_n, before, similarity = _registered(fixed, moving, loss, settings, progress,
+                                                      interp)
+    _make_folder(out_dir)
+    # the report is drawn on a thread while the outputs are warped and written (matplotlib
+    # is imported there too: imported during the registration, its modules would add to
+    # the registration's peak memory)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        pool.submit(_import_matplotlib)
-        result, fixed_n, before, similarity = _registered(fixed, moving, loss, settings,
-                                                          progress, interp)
-        _make_folder(out_dir)
         report = pool.submit(_write_report, os.path.join(out_dir, "report.png"),
                              fixed_n, before, result.warped, result.history, loss, similarity)
         outputs = {"warped": result.warp(moving.data, interp),
@@ -514,15 +514,6 @@ def _checkerboard(a, b, tile):
     """``a`` and ``b`` (2-D) in alternating square tiles of ``tile`` pixels."""
     i, j = np.indices(a.shape)
     return np.where((i // tile + j // tile) % 2 == 0, a, b)
-
-
-def _import_matplotlib():
-    """matplotlib's modules the report draws with, imported (when installed)."""
-    try:
-        from matplotlib.backends import backend_agg  # noqa: F401
-        from matplotlib import figure  # noqa: F401
-    except ImportError:
-        pass
 
 
 def _write_report(path, fixed, moving, warped, history, loss, similarity):
