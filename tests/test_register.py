@@ -226,8 +226,11 @@ def test_dice_and_deformation_error_exact_cases():
                         for k in (1, 2, 3, 4, 5)])
     assert registration.dice(x.astype(np.int16), y.astype(np.int16)) == pytest.approx(expected)
     assert registration.dice(x.astype(np.float32), y.astype(np.float32)) == pytest.approx(expected)
-    # a range counted in three passes (over the joint histogram's), then one too wide to
-    # count: per label
+    # a range counted in one joint histogram (more labels than are compared one by one),
+    # then in three passes (over the joint histogram's), then one too wide to count: per
+    # label
+    many = x.astype(np.int16) * 20
+    assert registration.dice(many, y.astype(np.int16) * 20) == pytest.approx(expected)
     spread = x.astype(np.int32) * 500
     assert registration.dice(spread, y.astype(np.int32) * 500) == pytest.approx(expected)
     wide = x.astype(np.int32) * 100_000

@@ -144,6 +144,65 @@ void gradient_along_d(T* __restrict grad, const T* __restrict d_sum, const T* __
   }
 }
 
+// One row's operands of the local NCC: the window sums, the fixed volume's, and the
+// inverse window sizes (those along D and H folded into one factor).
+template <class T>
+struct Row {
+  T* sum_J;
+  T* sum_JJ;
+  T* sum_FJ;
+  const T* F_sum;
+  const T* F_var;
+  const T* inverse_w;
+  T inverse_dh, eps, scale;
+};
+
+// One row's cc; with kGrad its window sums become d(loss)/d(those sums) in place. The
+// pointers are the row's alone (restrict), so that the loop vectorises; every lane does
+// the scalar operations, in their order.
+template <class T, bool kGrad>
+void cc_row(T* __restrict cc, const Row<T>& row, int64_t W) {
+  T* __restrict sum_J = row.sum_J;
+  T* __restrict sum_JJ = row.sum_JJ;
+  T* __restrict sum_FJ = row.sum_FJ;
+  const T* __restrict F_sum = row.F_sum;
+  const T* __restrict F_var = row.F_var;
+  const T* __restrict inverse_w = row.inverse_w;
+  const T inverse_dh = row.inverse_dh, eps = row.eps, scale = row.scale;
+  for (int64_t x = 0; x < W; ++x) {
+    const T inverse = inverse_dh * inverse_w[x];
+    const T mean_J = sum_J[x] * inverse;
+    const T cross = sum_FJ[x] - F_sum[x] * mean_J;
+    const T J_var = sum_JJ[x] - sum_J[x] * mean_J;
+    const T reciprocal = T(1) / (F_var[x] * J_var + eps);
+    const T value = cross * cross * reciprocal;
+    cc[x] = value;
+    if (kGrad) {
+      const T d_cross = T(2) * scale * cross * reciprocal;
+      const T d_J_var = -scale * value * reciprocal * F_var[x];
+      sum_J[x] = -inverse * (d_cross * F_sum[x] + T(2) * d_J_var * sum_J[x]);
+      sum_JJ[x] = d_J_var;
+      sum_FJ[x] = d_cross;
+    }
+  }
+}
+
+// The sum of a plane's cc in float64: point p into slot p mod kSumSlots, then the slots
+// in order. The slots are independent chains (they vectorise); the order is fixed.
+constexpr int kSumSlots = 8;
+
+template <class T>
+double plane_sum(const T* cc, int64_t n) {
+  double slot[kSumSlots] = {};
+  int64_t p = 0;
+  for (; p + kSumSlots <= n; p += kSumSlots)
+    for (int k = 0; k < kSumSlots; ++k) slot[k] += double(cc[p + k]);
+  for (int k = 0; p < n; ++p, ++k) slot[k] += double(cc[p]);
+  double total = 0.0;
+  for (double s : slot) total += s;
+  return total;
+}
+
 template <class T>
 void box_sum_of(const BoxSumArgs& a) {
   const Shape s = shape_of(a.volume);
@@ -190,34 +249,22 @@ double local_ncc_of(const LocalNccArgs& a) {
       for (T* sums : {sum_J, sum_JJ, sum_FJ}) box_plane(sums + o, scratch.data(), s, r);
       T* cc = scratch.data();
       for (int64_t y = 0; y < s.H; ++y) {
-        const T inverse_dh = inverse_d[z] * inverse_h[y];
-        for (int64_t x = 0; x < s.W; ++x) {
-          const int64_t i = o + y * s.W + x;
-          const T inverse = inverse_dh * inverse_w[x];
-          const T mean_J = sum_J[i] * inverse;
-          const T cross = sum_FJ[i] - F_sum[i] * mean_J;
-          const T J_var = sum_JJ[i] - sum_J[i] * mean_J;
-          const T reciprocal = T(1) / (F_var[i] * J_var + eps);
-          cc[y * s.W + x] = cross * cross * reciprocal;
-          if (grad) {
-            const T d_cross = T(2) * scale * cross * reciprocal;
-            const T d_J_var = -scale * cc[y * s.W + x] * reciprocal * F_var[i];
-            sum_J[i] = -inverse * (d_cross * F_sum[i] + T(2) * d_J_var * sum_J[i]);
-            sum_JJ[i] = d_J_var;
-            sum_FJ[i] = d_cross;
-          }
-        }
+        const int64_t i = o + y * s.W;
+        const Row<T> row{sum_J + i, sum_JJ + i, sum_FJ + i, F_sum + i, F_var + i,
+                         inverse_w.data(), inverse_d[z] * inverse_h[y], eps, scale};
+        if (grad)
+          cc_row<T, true>(cc + y * s.W, row, s.W);
+        else
+          cc_row<T, false>(cc + y * s.W, row, s.W);
       }
-      double total = 0.0;
-      for (int64_t p = 0; p < n; ++p) total += cc[p];
-      plane_sums[z] = total;
+      plane_sums[z] = plane_sum(cc, n);
+      // back through the window sums (a box sum is its own adjoint): first within the
+      // plane, while it is in cache (it needs no other plane)...
+      if (grad)
+        for (T* sums : {sum_J, sum_JJ, sum_FJ}) box_plane(sums + o, scratch.data(), s, r);
     }
     if (grad) {
-      // back through the window sums (a box sum is its own adjoint): first within planes...
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t z = 0; z < s.D; ++z)
-        for (T* sums : {sum_J, sum_JJ, sum_FJ}) box_plane(sums + z * n, scratch.data(), s, r);
-      // ...then along D, into d(loss)/dJ
+      // ...then along D, into d(loss)/dJ, once every plane is done
 #pragma omp for schedule(dynamic, 1)
       for (int64_t z = 0; z < s.D; ++z)
         gradient_along_d(grad, sum_J, sum_JJ, sum_FJ, F, J, z, s, r);

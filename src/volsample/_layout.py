@@ -65,15 +65,16 @@ def empty(logical_shape_, dtype, layout: str, zero: bool = False, *,
                                  name=name), layout)
 
 
-def result(call, out, name: str = "out") -> tuple[np.ndarray, np.ndarray]:
+def result(call, out, name: str = "out", contiguous: bool = True
+           ) -> tuple[np.ndarray, np.ndarray]:
     """Where a call writes its result (in the logical layout) and what it returns: a new
     array, or the caller's ``out``, checked against the result's physical shape and dtype
-    and returned as given."""
+    (and C-contiguity, where the kernel asks for it) and returned as given."""
     if out is None:
         fresh = empty(call.output_shape, call.dtype, call.layout, name="output")
         return fresh, physical(fresh, call.layout)
     given = _checks.out_array(name, out, physical_shape(call.output_shape, call.layout),
-                              call.dtype)
+                              call.dtype, contiguous)
     return logical(given, call.layout), given
 
 

@@ -208,6 +208,38 @@ class _Run:
 def _register(fixed, moving, labels, loss, settings, out_dir, progress,
               interp="bilinear") -> _Run:
     """Register, write the outputs in FIXED's grid and format, the report, and measure."""
+    result, fixed_n, before, similarity = _registered(fixed, moving, loss, settings, progress,
+                                                      interp)
+    _make_folder(out_dir)
+    # the report is drawn on a thread while the outputs are warped and written (matplotlib
+    # is imported there too: imported during the registration, its modules would add to
+    # the registration's peak memory)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        report = pool.submit(_write_report, os.path.join(out_dir, "report.png"),
+                             fixed_n, before, result.warped, result.history, loss, similarity)
+        outputs = {"warped": result.warp(moving.data, interp),
+                   "displacement": result.displacement}
+        dice = None
+        if labels is not None:
+            fixed_labels, moving_labels = (v.data for v in labels)
+            warped_labels = result.warp(moving_labels, "nearest")  # integer: exact copies
+            outputs["warped_labels"] = warped_labels
+            unaligned = registration.resample(fixed_labels.shape, fixed.affine, moving_labels,
+                                              moving.affine, "nearest")
+            dice = (registration.dice(fixed_labels, unaligned),
+                    registration.dice(fixed_labels, warped_labels))
+        files = _write_all(out_dir, {name: fixed.like(name, data)
+                                     for name, data in outputs.items()})
+        _write_affine(os.path.join(out_dir, "affine.txt"), result.transform)
+        files.append("affine.txt")
+        if report.result():
+            files.append("report.png")
+    return _Run(result, similarity, dice, files)
+
+
+def _registered(fixed, moving, loss, settings, progress, interp):
+    """The registration of the normalised volumes, the normalised fixed one, the moving one
+    resampled by the headers alone (where it starts), and the similarity before and after."""
     fixed_n, moving_n = (registration.normalise_intensity(v.data, name)
                          for v, name in ((fixed, "FIXED"), (moving, "MOVING")))
     sampling = "bilinear" if interp == "nearest" else interp  # nearest has no gradient
@@ -224,31 +256,7 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
     before = registration.resample(fixed_n.shape, fixed.affine, moving_n, moving.affine,
                                    sampling)
     measure = registration.similarity_measure(loss, fixed_n)
-    similarity = (measure.value(before), measure.value(result.warped))
-    del measure
-    outputs = {"warped": result.warp(moving.data, interp), "displacement": result.displacement}
-    dice = None
-    if labels is not None:
-        fixed_labels, moving_labels = (v.data for v in labels)
-        warped_labels = result.warp(moving_labels, "nearest")  # integer: exact copies
-        outputs["warped_labels"] = warped_labels
-        unaligned = registration.resample(fixed_labels.shape, fixed.affine, moving_labels,
-                                          moving.affine, "nearest")
-        dice = (registration.dice(fixed_labels, unaligned),
-                registration.dice(fixed_labels, warped_labels))
-    _make_folder(out_dir)
-    # the report is drawn on a thread while the volumes are written: their file writes and
-    # deflates leave the GIL to it
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        report = pool.submit(_write_report, os.path.join(out_dir, "report.png"), fixed_n,
-                             before, result.warped, result.history, loss, similarity)
-        files = _write_all(out_dir, {name: fixed.like(name, data)
-                                     for name, data in outputs.items()})
-        _write_affine(os.path.join(out_dir, "affine.txt"), result.transform)
-        files.append("affine.txt")
-        if report.result():
-            files.append("report.png")
-    return _Run(result, similarity, dice, files)
+    return result, fixed_n, before, (measure.value(before), measure.value(result.warped))
 
 
 # ---------------------------------------------------------------------------------------
@@ -522,9 +530,11 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
         return False
     columns = {"fixed": None, "moving (before)": moving, "warped (after)": warped,
                "fixed | moving": moving, "fixed | warped": warped}
-    fig = Figure(figsize=(13, 10.5), layout="constrained")
+    fig = Figure(figsize=(13, 10.5))
     FigureCanvasAgg(fig)
-    grid = fig.add_gridspec(4, len(columns), height_ratios=(1, 1, 1, 1.1))
+    # fixed margins: a constrained layout would measure every axes, drawing the figure twice
+    grid = fig.add_gridspec(4, len(columns), height_ratios=(1, 1, 1, 1.1), left=0.06,
+                            right=0.94, bottom=0.06, top=0.96, wspace=0.04, hspace=0.25)
     tile = max(2, min(fixed.shape) // 8)
     # the central slices, as views (np.take would copy them through a gather)
     centre = [(slice(None),) * axis + (fixed.shape[axis] // 2,) for axis in range(3)]

@@ -497,11 +497,10 @@ def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buf
     is 0 outside the parts."""
     buffers = StepBuffers() if buffers is None else buffers
     shape, dtype = measure.fixed.shape, moving.dtype
-    whole = len(measure.parts) == 1 and measure.parts[0] == _WHOLE
     # zeros where no part writes
     warped = buffers("warped", shape, dtype, zero=True)
     pieces = []
-    for k, part in enumerate(measure.parts):
+    for part in measure.parts:
         region = _within(measure.box, part, measure.full_shape)
         part_map = _box_map(region, measure.full_shape)
         part_theta = theta if part_map is None else \
@@ -509,10 +508,7 @@ def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buf
         part_displacement = None if displacement is None else \
             displacement[(slice(None),) + region]
         size = tuple(r.stop - r.start for r in region)
-        piece = warped if whole else buffers(f"warped part {k}", size, dtype)
-        _sample(moving, part_theta, part_displacement, size, interp, piece)
-        if not whole:
-            warped[part] = piece
+        _sample(moving, part_theta, part_displacement, size, interp, warped[part])
         pieces.append((part, region, part_map, part_theta, part_displacement))
     sim, grad_warped = measure(warped)
     if measure.sign != 1:
@@ -690,7 +686,8 @@ class RegistrationResult:
     transform : ndarray, shape (4, 4), float64
         T, world millimetres to world millimetres (fixed to moving).
     displacement : ndarray, shape (D, H, W, 3), float32
-        d on the fixed grid, in millimetres along the fixed image's world axes.
+        d on the fixed grid, in millimetres along the fixed image's world axes (in Fortran
+        order, as NIfTI stores it).
     warped : ndarray, shape (D, H, W), float32
         The (normalised) moving volume on the fixed grid, sampled in ``register``'s
         ``interp``.
@@ -907,10 +904,12 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         del measure, buffers
     warped = _sample(pyramid[-1][2], theta, dense_displacement(
         control @ _moving_linear(theta, shape, control.dtype).T, shape), shape, interp)
-    # d in mm: the voxels' (i, j, k) map to world axes, on the control points (linear)
-    millimetres = dense_displacement(
-        np.ascontiguousarray(control[..., ::-1]) @ fixed_affine[:3, :3].T.astype(np.float32),
-        shape)[0]
+    # d in mm: the voxels' (i, j, k) map to world axes, on the control points (linear);
+    # upsampled with the axes reversed, (1, 3, W, H, D), so that its transpose (D, H, W, 3)
+    # is laid out as NIfTI stores it (Fortran order): written with no transposing copy
+    control_mm = control[0, ..., ::-1] @ fixed_affine[:3, :3].T.astype(np.float32)
+    millimetres = upsample_trilinear_3d(control_mm.T[None], size=tuple(shape[::-1]),
+                                        align_corners=True)[0].T
     return RegistrationResult(frame.transform(params), millimetres, warped, control, history,
                               fixed_affine, moving_affine, moving.shape, theta, shape)
 
@@ -982,6 +981,7 @@ def _halve(volume):
 # ---------------------------------------------------------------------------------------
 
 
+_FEW_LABELS = 8  # label ranges compared label by label (three passes each, no index array)
 _JOINT_LABELS = 1 << 10  # label ranges counted in one joint histogram (a size^2 table)
 
 
@@ -990,8 +990,10 @@ def dice(a: np.ndarray, b: np.ndarray) -> float:
     a, b = np.asarray(a), np.asarray(b)
     if a.dtype.kind in "iub" and b.dtype.kind in "iub" and a.size:
         # integer maps: counted per label (bincount), not compared label by label
-        low = min(int(a.min()), int(b.min()))
-        size = max(int(a.max()), int(b.max())) - low + 1
+        low, high = min(int(a.min()), int(b.min())), max(int(a.max()), int(b.max()))
+        if high - max(low, 1) < _FEW_LABELS:  # a few labels > 0 (a brain's tissue classes)
+            return _dice_of_labels(a, b, range(max(low, 1), high + 1))
+        size = high - low + 1
         if size <= _JOINT_LABELS:  # one pass: the (a, b) pairs' histogram
             index = a.astype(np.intp) * size
             index += b
@@ -1010,10 +1012,20 @@ def dice(a: np.ndarray, b: np.ndarray) -> float:
                     "dice: expected label maps with some label > 0, got none")
             return float(np.mean(2 * in_both[keep] / (in_a[keep] + in_b[keep])))
     labels = np.union1d(np.unique(a), np.unique(b))
-    labels = labels[labels > 0]
-    if labels.size == 0:
+    return _dice_of_labels(a, b, labels[labels > 0])
+
+
+def _dice_of_labels(a, b, labels) -> float:
+    """Mean Dice of two label maps over those of ``labels`` present in either, each label
+    compared voxel by voxel."""
+    scores = []
+    for k in labels:
+        in_a, in_b = a == k, b == k
+        total = np.count_nonzero(in_a) + np.count_nonzero(in_b)
+        if total:
+            scores.append(2 * np.count_nonzero(in_a & in_b) / total)
+    if not scores:
         raise InvalidArgumentError("dice: expected label maps with some label > 0, got none")
-    scores = [2 * np.sum((a == k) & (b == k)) / (np.sum(a == k) + np.sum(b == k)) for k in labels]
     return float(np.mean(scores))
 
 

@@ -61,8 +61,9 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
         ``input`` (VoxelMorph's and MONAI's fields): ``u`` voxels along x are
         ``u * 2 / (Wi - 1)`` normalised units with align_corners, ``u * 2 / Wi`` without.
     out : ndarray, optional
-        Where to write the result (C-contiguous, of the result's shape and dtype), e.g. the
-        previous step's, so that a loop allocates nothing; it is returned.
+        Where to write the result (of the result's shape and dtype, any strides: e.g. the
+        previous step's, so that a loop allocates nothing, or a part of a larger volume);
+        it is returned.
 
     ``theta`` and ``displacement`` share a dtype: ``input``'s, or float32/float64 beside
     a 16-bit or integer ``input``.
@@ -91,8 +92,9 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
                type(align_corners), align_corners, layout, displacement_units)
     prepared = _PREPARED_FORWARDS.get(key) if key is not None else None
     if prepared is not None:  # a call met before (as grid_sample_3d's)
-        written, returned = ((_layout.logical(out := prepared.allocate(), layout), out)
-                             if out is None else _layout.result(prepared.call, out))
+        written, returned = (
+            (_layout.logical(out := prepared.allocate(), layout), out) if out is None
+            else _layout.result(prepared.call, out, contiguous=False))
         prepared.kernel.forward_on(_layout.logical(input, layout), theta, displacement, written)
         return returned
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
@@ -101,7 +103,7 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp(ops[0], ops[1], ops[2], size, mode, padding_mode, align_corners, units,
                        layout, labels=True, cubic=True)
-    out, returned = _layout.result(call, out)
+    out, returned = _layout.result(call, out, contiguous=False)
     arrays = _layout.logical(a["input"], call.layout), a["theta"], a["displacement"], out
     # (out's strides are in the key: a call met before writes an out of the strides its
     # kernel was prepared for)
