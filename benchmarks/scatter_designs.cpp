@@ -26,6 +26,16 @@
 // channels-scalar 164, channels-vector 92.5; C32 1961, 404, 325. AVX2's gather, two runs
 // on the same machine (load average 4-7): scalar 18.4 and 17.6 ms, avx2-gather 18.6 and
 // 17.7: the gather buys nothing, and AVX2 keeps the scalar loop.
+// Runs (the AVX-512 kernel's scatter today), checked bit for bit against point order:
+//   point-order  each point's corners, point by point (the bits every design must give);
+//   runs         the kernel's: where half a block's lanes have consecutive low corners, run by
+//                run, each corner row one masked read-add-write (the last lane's x1 term
+//                added on its own); else point by point;
+//   runs-carry   runs, with each corner row's last x1 term held in a register into the next
+//                block, going in as its first run's lane-0 term where that run starts on its
+//                element (no scalar store for the next masked load to wait on).
+// Measured on AMD EPYC Zen 4, 2026-12-05 (load 1-3), medians of 15, three runs: point-order
+// 8.3-8.7 ms, runs 6.4-6.8, runs-carry 6.7-7.2: the carry buys nothing, and is not kept.
 // NDHWC, C channels contiguous (grad_output's too):
 //   channels-major   the kernel before: channel by channel, each as the NCDHW scalar
 //                    (always corner by corner here; where a block's taps do not move one
@@ -342,6 +352,97 @@ double median_ms(const std::function<void()>& f, int repeats) {
   return t[t.size() / 2];
 }
 
+// Point order, the bits every design must give: each point's corners, point by point.
+void point_order(const Points& p, float* gin) {
+  for (int64_t i = 0; i < p.count; ++i)
+    for (int k = 0; k < 8; ++k)
+      if (p.inside[i] >> k & 1) gin[p.low[i] + kCorner[k]] += p.term[k][i];
+}
+
+// The lanes l >= 1 whose low corner is lane l - 1's next element.
+__mmask16 run_links(__m512i low) {
+  const __m512i previous = _mm512_alignr_epi32(low, _mm512_setzero_si512(), 15);
+  return _mm512_cmpeq_epi32_mask(low, _mm512_add_epi32(previous, _mm512_set1_epi32(1))) &
+         __mmask16(~1u);
+}
+
+// x1 terms of `on1` lanes into p[l + 1] (lane 0 taking `carried` where `carry_in`), then
+// x0 terms of `on0` lanes into p[l], one masked read-add-write of p[0..L).
+inline void add_run_pair(float* p, __mmask16 on0, __m512 t0, __mmask16 on1, __m512 t1,
+                         bool carry_in, float carried) {
+  __m512 up_terms = _mm512_castsi512_ps(
+      _mm512_alignr_epi32(_mm512_castps_si512(t1), _mm512_setzero_si512(), 15));
+  __mmask16 up = __mmask16(on1 << 1);
+  if (carry_in) {
+    up_terms = _mm512_mask_mov_ps(up_terms, 1, _mm512_set1_ps(carried));
+    up |= 1;
+  }
+  const __mmask16 touched = up | on0;
+  __m512 sum = _mm512_maskz_loadu_ps(touched, p);
+  sum = _mm512_mask_add_ps(sum, up, sum, up_terms);
+  sum = _mm512_mask_add_ps(sum, on0, sum, t0);
+  _mm512_mask_storeu_ps(p, touched, sum);
+}
+
+// The kernel's runs (grid_backward.cpp, scatter_runs): where at least half a block's lanes
+// link into runs, run by run, each corner row one masked read-add-write plus a scalar add
+// for the last lane's x1 term; else the scalar corner-major loop. With CARRY, the last
+// lane's x1 term of each corner row waits in a register for the next block: where that
+// block's first run starts on its element, it goes in as lane 0's carried x1 term (no
+// scalar store for the vector load to wait on); else it is added before anything else.
+template <bool CARRY>
+void runs(const Points& p, float* gin) {
+  struct Pending { float* at = nullptr; float value = 0; } pending[4];
+  auto flush = [&](int j) {
+    if (pending[j].at) *pending[j].at += pending[j].value;
+    pending[j].at = nullptr;
+  };
+  for (int64_t b = 0; b < p.count; b += L) {
+    const __m512i low = _mm512_loadu_si512(&p.low[b]);
+    const __mmask16 links = run_links(low);
+    __mmask16 lanes[8];
+    for (int k = 0; k < 8; ++k) lanes[k] = lanes_of(p, b, k);
+    const bool by_runs = 2 * _mm_popcnt_u32(links) >= L;
+    // Where the carried terms go in: this block's first run, if it starts at lane 0.
+    const bool first_run = by_runs && (links >> 1 & 1);
+    for (int j = 0; j < 4; ++j)
+      if (pending[j].at && !(first_run && pending[j].at == gin + p.low[b] + kCorner[2 * j]))
+        flush(j);
+    if (!by_runs) {  // point by point
+      for (int l = 0; l < L; ++l)
+        for (int k = 0; k < 8; ++k)
+          if (lanes[k] >> l & 1) gin[p.low[b + l] + kCorner[k]] += p.term[k][b + l];
+      continue;
+    }
+    for (int first = 0, end; first < L; first = end) {
+      for (end = first + 1; end < L && (links >> end & 1); ++end) {
+      }
+      if (end - first == 1) {
+        for (int k = 0; k < 8; ++k)
+          if (lanes[k] >> first & 1) gin[p.low[b + first] + kCorner[k]] += p.term[k][b + first];
+        continue;
+      }
+      const __mmask16 run = __mmask16((1u << end) - (1u << first));
+      float* base = gin + (p.low[b + first] - first);
+      for (int j = 0; j < 4; ++j) {
+        const __mmask16 on0 = lanes[2 * j] & run, on1 = lanes[2 * j + 1] & run;
+        const __m512 t0 = _mm512_loadu_ps(&p.term[2 * j][b]);
+        const __m512 t1 = _mm512_loadu_ps(&p.term[2 * j + 1][b]);
+        const bool carry_in = first == 0 && pending[j].at;
+        add_run_pair(base + kCorner[2 * j], on0, t0, on1, t1, carry_in, pending[j].value);
+        if (carry_in) pending[j].at = nullptr;
+        if (on1 >> (L - 1) & 1) {  // the last lane's x1 term, past the vector
+          float* at = base + kCorner[2 * j] + L;
+          const float value = _mm512_cvtss_f32(_mm512_permutexvar_ps(_mm512_set1_epi32(L - 1), t1));
+          if (CARRY) pending[j] = {at, value};
+          else *at += value;
+        }
+      }
+    }
+  }
+  for (int j = 0; j < 4; ++j) flush(j);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -360,6 +461,18 @@ int main(int argc, char** argv) {
   }
   std::printf("NCDHW C1, %lld points, %.1f%% of blocks with lanes sharing a corner\n",
               (long long)p.count, 100.0 * double(collide) / double(p.count / L));
+  // The runs designs, against point order (the kernel's bits).
+  std::vector<float> ordered(volume, 0.0f);
+  point_order(p, ordered.data());
+  const Design run_designs[] = {{"point-order", point_order}, {"runs", runs<false>},
+                                {"runs-carry", runs<true>}};
+  for (const Design& d : run_designs) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    d.fn(p, out.data());
+    const bool same = std::memcmp(out.data(), ordered.data(), volume * sizeof(float)) == 0;
+    const double ms = median_ms([&] { d.fn(p, out.data()); }, repeats);
+    std::printf("  %-16s %8.2f ms  bits %s (point order)\n", d.name, ms, same ? "equal" : "DIFFER");
+  }
   for (const Design& d : designs) {
     std::fill(out.begin(), out.end(), 0.0f);
     d.fn(p, out.data());
