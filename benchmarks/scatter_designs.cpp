@@ -461,25 +461,24 @@ int main(int argc, char** argv) {
   }
   std::printf("NCDHW C1, %lld points, %.1f%% of blocks with lanes sharing a corner\n",
               (long long)p.count, 100.0 * double(collide) / double(p.count / L));
-  // The runs designs, against point order (the kernel's bits).
+  // Each design timed, and its bits compared with `expected` (named by `against`).
+  auto time_designs = [&](const auto& list, const std::vector<float>& expected,
+                          const char* against) {
+    for (const Design& d : list) {
+      std::fill(out.begin(), out.end(), 0.0f);
+      d.fn(p, out.data());
+      const bool same = std::memcmp(out.data(), expected.data(), volume * sizeof(float)) == 0;
+      const double ms = median_ms([&] { d.fn(p, out.data()); }, repeats);
+      std::printf("  %-16s %8.2f ms  bits %s%s\n", d.name, ms, same ? "equal" : "DIFFER", against);
+    }
+  };
+  // The runs designs, against point order (the kernel's bits); the others, against scalar.
   std::vector<float> ordered(volume, 0.0f);
   point_order(p, ordered.data());
   const Design run_designs[] = {{"point-order", point_order}, {"runs", runs<false>},
                                 {"runs-carry", runs<true>}};
-  for (const Design& d : run_designs) {
-    std::fill(out.begin(), out.end(), 0.0f);
-    d.fn(p, out.data());
-    const bool same = std::memcmp(out.data(), ordered.data(), volume * sizeof(float)) == 0;
-    const double ms = median_ms([&] { d.fn(p, out.data()); }, repeats);
-    std::printf("  %-16s %8.2f ms  bits %s (point order)\n", d.name, ms, same ? "equal" : "DIFFER");
-  }
-  for (const Design& d : designs) {
-    std::fill(out.begin(), out.end(), 0.0f);
-    d.fn(p, out.data());
-    const bool same = std::memcmp(out.data(), reference.data(), volume * sizeof(float)) == 0;
-    const double ms = median_ms([&] { d.fn(p, out.data()); }, repeats);
-    std::printf("  %-16s %8.2f ms  bits %s\n", d.name, ms, same ? "equal" : "DIFFER");
-  }
+  time_designs(run_designs, ordered, " (point order)");
+  time_designs(designs, reference, "");
   // NDHWC, C = 8 and 32.
   auto channels = [&](auto tag) {
     constexpr int C = decltype(tag)::value;

@@ -153,8 +153,8 @@ struct Backward {
         by_runs = false;
         if constexpr (has_run_add<V>::value) {
           if (kernel.run_adds) {
-            run_next = run_links_(offsets) & live;
-            by_runs = 2 * int64_t(std::bitset<32>(run_next).count()) >= valid;  // mostly long runs
+            run_next = run_links_(offsets) & live;  // mostly long runs: by runs
+            by_runs = 2 * int64_t(std::bitset<32>(run_next).count()) >= valid;
           }
         }
         if (!by_runs) scatter_order();  // the runs keep point order on their own
@@ -476,7 +476,8 @@ struct Backward {
       const Row row(i, g);
       if (!share.touches) {  // no plane of any slab, if it owns the row: gradient 0
         if (need_grid && share.owner)
-          for (int64_t w = 0; w < g.Wo; w += L) sink.template zero<L>(row, w, std::min<int64_t>(L, g.Wo - w));
+          for (int64_t w = 0; w < g.Wo; w += L)
+            sink.template zero<L>(row, w, std::min<int64_t>(L, g.Wo - w));
         continue;
       }
       source.fill(row, g, work.coords);

@@ -283,18 +283,15 @@ template <> struct has_run_add<f64x8> : std::true_type {};
 #define VS_RUN_ADD(NAME, T, N, SUF, KMASK, FIRST)                                           \
   inline void add_run_pair_(T* p, unsigned on0, NAME t0, unsigned on1, NAME t1) {           \
     const KMASK up = KMASK(on1 << 1), own = KMASK(on0), touched = up | own;                 \
-    /* lane l - 1's term in lane l, 0 in lane 0 */                                          \
-    const auto t1_up = _mm512_castsi512_##SUF(_mm512_alignr_epi32(                          \
-        _mm512_cast##SUF##_si512(t1.v), _mm512_setzero_si512(), 16 - int(sizeof(T)) / 4));  \
+    /* t1 rotated up a lane: lane l - 1's term in lane l, and the last lane's in lane 0 */  \
+    const __m512i t1_bits = _mm512_cast##SUF##_si512(t1.v);                                 \
+    const auto t1_up = _mm512_castsi512_##SUF(                                              \
+        _mm512_alignr_epi32(t1_bits, t1_bits, 16 - int(sizeof(T)) / 4));                    \
     auto sum = _mm512_maskz_loadu_##SUF(touched, p);                                        \
     sum = _mm512_mask_add_##SUF(sum, up, sum, t1_up);                                       \
     sum = _mm512_mask_add_##SUF(sum, own, sum, t0.v);                                       \
     _mm512_mask_storeu_##SUF(p, touched, sum);                                              \
-    if (on1 >> (N - 1) & 1) { /* the last lane's x1 term, taken from the register */       \
-      const __m512i t1_bits = _mm512_cast##SUF##_si512(t1.v);                               \
-      p[N] += FIRST(_mm512_castsi512_##SUF(                                                 \
-          _mm512_alignr_epi32(t1_bits, t1_bits, 16 - int(sizeof(T)) / 4)));                 \
-    }                                                                                       \
+    if (on1 >> (N - 1) & 1) p[N] += FIRST(t1_up); /* the last lane's, past the vector */   \
   }
 VS_RUN_ADD(f32x16, float, 16, ps, __mmask16, _mm512_cvtss_f32)
 VS_RUN_ADD(f64x8, double, 8, pd, __mmask8, _mm512_cvtsd_f64)
