@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -37,11 +38,12 @@ struct Trilinear {
   V weight[8];
   mask_of<V> inside[8];
 
-  Trilinear() = default;
-  Trilinear(const RowCoords<scalar_of<V>>& r, int64_t w, const Geometry& g,
-            const GridSampleArgs& a, const int64_t* stride) {
+  // Made in place (the samplers are reused block after block, and a copy would re-read
+  // the reader's fields in wide loads that wait for their narrow stores to retire).
+  void prepare(const RowCoords<scalar_of<V>>& r, int64_t w, const Geometry& g,
+               const GridSampleArgs& a, const int64_t* stride) {
     const CornerFootprint<BILINEAR, V> f(r, w, g, a.padding, a.align_corners);
-    reader = CornerReader<BILINEAR, V>(f, g, stride);
+    new (&reader) CornerReader<BILINEAR, V>(f, g, stride);
     corner_weights(f.weight, weight);
     std::copy(f.corner, f.corner + 8, inside);
   }
@@ -112,7 +114,7 @@ struct Forward {
     const int64_t blocks = this->blocks, C = g.C, Wo = g.Wo;  // in registers
     const S* in_n = a.input.ptr<S>() + row.n * is[0];
     S* out_row = a.output.ptr<S>() + row.n * os[0] + row.d * os[2] + row.h * os[3];
-    for (int64_t b = 0; b < blocks; ++b) samplers[b] = Trilinear<V>(r, b * L, g, a, is);
+    for (int64_t b = 0; b < blocks; ++b) samplers[b].prepare(r, b * L, g, a, is);
     for (int64_t c = 0; c < C; ++c) {
       const S* in_c = in_n + c * is[1];
       S* out_c = out_row + c * os[1];
