@@ -228,6 +228,7 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
                                               moving.affine, "nearest")
             dice = (registration.dice(fixed_labels, unaligned),
                     registration.dice(fixed_labels, warped_labels))
+        result.moved = None  # the warps are done: not held while the files are written
         files = _write_all(out_dir, {name: fixed.like(name, data)
                                      for name, data in outputs.items()})
         _write_affine(os.path.join(out_dir, "affine.txt"), result.transform)
@@ -255,8 +256,7 @@ def _registered(fixed, moving, loss, settings, progress, interp):
         bar.close()
     before = registration.resample(fixed_n.shape, fixed.affine, moving_n, moving.affine,
                                    sampling)
-    measure = registration.similarity_measure(loss, fixed_n)
-    return result, fixed_n, before, (measure.value(before), measure.value(result.warped))
+    return result, fixed_n, before, result.similarity
 
 
 # ---------------------------------------------------------------------------------------

@@ -246,9 +246,10 @@ class MeanSquares:
         diff = warped - self.fixed
         return float(np.mean(diff * diff))
 
-    def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
+    def __call__(self, warped: np.ndarray, sign: int = 1) -> tuple[float, np.ndarray]:
+        """(value, the gradient of ``sign`` times the value)."""
         diff = warped - self.fixed
-        return float(np.mean(diff * diff)), diff * diff.dtype.type(2 / diff.size)
+        return float(np.mean(diff * diff)), diff * diff.dtype.type(sign * 2 / diff.size)
 
 
 class LocalNCC:
@@ -280,9 +281,10 @@ class LocalNCC:
         self.box: tuple[slice, ...] = _WHOLE
         self.parts: tuple[tuple[slice, ...], ...] = (_WHOLE,)
         if crop:
-            varying = _varying_voxels(fixed)
-            self.box = _varying_box(varying, 2 * self.radius)
-            self.parts = _slabs(varying[self.box], 2 * self.radius)
+            rows, columns = _varying(fixed)
+            self.box = _varying_box(rows, columns, 2 * self.radius)
+            depth, height, width = self.box
+            self.parts = _slabs(rows[depth, height], columns[depth, width], 2 * self.radius)
         F = self.fixed = np.ascontiguousarray(fixed[self.box])
         inverse_count = _inverse_counts(F.shape, self.radius, F.dtype)
         self.F_sum = box_sum(F, self.radius)
@@ -296,7 +298,7 @@ class LocalNCC:
         self.work: np.ndarray | None = None
         self.grad: np.ndarray | None = None
 
-    def _run(self, warped: np.ndarray, grad: np.ndarray | None) -> float:
+    def _run(self, warped: np.ndarray, grad: np.ndarray | None, sign: int = 1) -> float:
         if self.work is None:
             self.work = np.empty((3,) + self.fixed.shape, self.fixed.dtype)
         if warped.shape != self.fixed.shape:
@@ -304,42 +306,46 @@ class LocalNCC:
         warped = np.ascontiguousarray(warped, self.fixed.dtype)
         total = math.prod(self.full_shape)
         mean = _similarity_kernels.local_ncc(self.fixed, self.F_sum, self.F_var, warped,
-                                             self.work, grad, self.radius, _NCC_EPS, 1 / total)
+                                             self.work, grad, self.radius, _NCC_EPS,
+                                             sign / total)
         return mean * (self.fixed.size / total)
 
     def value(self, warped: np.ndarray) -> float:
         """The similarity alone, of a warped volume of ``full_shape`` or of the box's."""
         return self._run(warped, None)
 
-    def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
-        """(value, gradient) of a warped volume of the box's shape (or ``full_shape``); the
-        gradient, of the box's shape, is a buffer of this object, which the next call
-        overwrites."""
+    def __call__(self, warped: np.ndarray, sign: int = 1) -> tuple[float, np.ndarray]:
+        """(value, the gradient of ``sign`` times the value) of a warped volume of the box's
+        shape (or ``full_shape``); the gradient, of the box's shape, is a buffer of this
+        object, which the next call overwrites (the kernel scales it: -1 negates it exactly,
+        with no pass of its own)."""
         if self.grad is None:
             self.grad = np.empty_like(self.fixed)
-        return self._run(warped, self.grad), self.grad
+        return self._run(warped, self.grad, sign), self.grad
 
 
 _WHOLE = (slice(None),) * 3  # a box of a whole volume
 
 
-def _varying_voxels(volume: np.ndarray) -> np.ndarray:
-    """Where ``volume`` differs from a neighbour along some axis (bool, its shape)."""
-    varying = np.zeros(volume.shape, bool)
-    for axis in range(3):
-        step = np.diff(volume, axis=axis) != 0
-        varying[_along(axis, slice(1, None))] |= step
-        varying[_along(axis, slice(None, -1))] |= step
-    return varying
+def _varying(volume: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where ``volume`` (D, H, W) differs from a neighbour along some axis, as the bool
+    projections (rows (D, H): some voxel of row (z, y) varies; columns (D, W): some voxel
+    of column (z, x) does), from one pass of the C++ core over the volume."""
+    volume = np.ascontiguousarray(volume)
+    D, H, W = volume.shape
+    rows, columns = np.empty((D, H), np.uint8), np.empty((D, W), np.uint8)
+    _similarity_kernels.varying(volume, rows, columns)
+    return rows.view(bool), columns.view(bool)
 
 
-def _varying_box(varying: np.ndarray, margin: int) -> tuple[slice, ...]:
-    """The bounding box of the ``varying`` voxels (``_varying_voxels``), grown by ``margin``
-    voxels per side (at least 2 voxels per axis, within the volume; all of it when none
-    varies)."""
+def _varying_box(rows: np.ndarray, columns: np.ndarray, margin: int) -> tuple[slice, ...]:
+    """The bounding box of the varying voxels (``_varying``'s ``rows`` and ``columns``),
+    grown by ``margin`` voxels per side (at least 2 voxels per axis, within the volume; all
+    of it when none varies)."""
     box = []
-    for axis, n in enumerate(varying.shape):
-        index = np.flatnonzero(varying.any(axis=tuple(a for a in range(3) if a != axis)))
+    for n, along in zip(rows.shape + columns.shape[1:],
+                        (rows.any(axis=1), rows.any(axis=0), columns.any(axis=0))):
+        index = np.flatnonzero(along)
         if index.size == 0:  # a constant volume
             low, high = 0, n
         else:
@@ -353,24 +359,27 @@ def _varying_box(varying: np.ndarray, margin: int) -> tuple[slice, ...]:
 _SLAB_PLANES = 16  # planes per slab of ``_slabs``: fewer, and calls cost more than they save
 
 
-def _slabs(varying: np.ndarray, margin: int) -> tuple[tuple[slice, ...], ...]:
+def _slabs(rows: np.ndarray, columns: np.ndarray, margin: int) -> tuple[tuple[slice, ...], ...]:
     """Boxes of a volume holding every voxel within ``margin`` voxels (along each axis) of
-    a ``varying`` one: slabs of ``_SLAB_PLANES`` planes along D, each cut in (H, W) to the
-    bounding box of such voxels (slabs with none are left out). A brain in its bounding
-    box fills a third of it: the slabs skip a fifth of the box."""
-    D, H, W = varying.shape
+    a varying one (``_varying``'s ``rows`` and ``columns``): slabs of ``_SLAB_PLANES``
+    planes along D, each cut in (H, W) to the bounding box of such voxels (slabs with none
+    are left out). A brain in its bounding box fills a third of it: the slabs skip a fifth
+    of the box."""
+    (D, H), W = rows.shape, columns.shape[1]
     if D < 2 * _SLAB_PLANES:
         return (_WHOLE,)
     parts = []
     for low in range(0, D, _SLAB_PLANES):
         high = min(D, low + _SLAB_PLANES)
-        near = varying[max(0, low - margin):high + margin]
-        rows, columns = np.flatnonzero(near.any(axis=(0, 2))), np.flatnonzero(near.any(axis=(0, 1)))
-        if rows.size:
+        near = slice(max(0, low - margin), high + margin)
+        row_index = np.flatnonzero(rows[near].any(axis=0))
+        column_index = np.flatnonzero(columns[near].any(axis=0))
+        if row_index.size:
             parts.append((slice(low, high),
-                          slice(max(0, int(rows[0]) - margin), min(H, int(rows[-1]) + 1 + margin)),
-                          slice(max(0, int(columns[0]) - margin),
-                                min(W, int(columns[-1]) + 1 + margin))))
+                          slice(max(0, int(row_index[0]) - margin),
+                                min(H, int(row_index[-1]) + 1 + margin)),
+                          slice(max(0, int(column_index[0]) - margin),
+                                min(W, int(column_index[-1]) + 1 + margin))))
     return tuple(parts) if parts else (_WHOLE,)
 
 
@@ -487,18 +496,13 @@ class StepBuffers:
         return array
 
 
-def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buffers=None):
-    """Similarity (``measure``, built on the fixed volume) of the warped volume, and
-    warp_3d_backward's (grad_theta, grad_displacement) of the loss ``sign * similarity`` as
-    ``mask`` asks for them; volumes in ``buffers`` (``StepBuffers``) when given.
-
-    Only the measure's box is warped, part by part (``measure.parts``): theta times the
-    part's map, the displacement's part; the rest of the box reads 0, and grad_displacement
-    is 0 outside the parts."""
-    buffers = StepBuffers() if buffers is None else buffers
-    shape, dtype = measure.fixed.shape, moving.dtype
+def _warp_parts(measure, moving, theta, displacement, interp, buffers):
+    """The moving volume warped into the measure's box, part by part (``measure.parts``):
+    theta times the part's map, the displacement's part; the rest of the box reads 0.
+    Returns the box (a buffer of ``buffers``) and each part's (part, region, map, theta,
+    displacement)."""
     # zeros where no part writes
-    warped = buffers("warped", shape, dtype, zero=True)
+    warped = buffers("warped", measure.fixed.shape, moving.dtype, zero=True)
     pieces = []
     for part in measure.parts:
         region = _within(measure.box, part, measure.full_shape)
@@ -510,9 +514,20 @@ def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buf
         size = tuple(r.stop - r.start for r in region)
         _sample(moving, part_theta, part_displacement, size, interp, warped[part])
         pieces.append((part, region, part_map, part_theta, part_displacement))
-    sim, grad_warped = measure(warped)
-    if measure.sign != 1:
-        grad_warped *= grad_warped.dtype.type(measure.sign)
+    return warped, pieces
+
+
+def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buffers=None):
+    """Similarity (``measure``, built on the fixed volume) of the warped volume, and
+    warp_3d_backward's (grad_theta, grad_displacement) of the loss ``sign * similarity`` as
+    ``mask`` asks for them; volumes in ``buffers`` (``StepBuffers``) when given.
+
+    Only the measure's box is warped, part by part (``measure.parts``): theta times the
+    part's map, the displacement's part; the rest of the box reads 0, and grad_displacement
+    is 0 outside the parts."""
+    buffers = StepBuffers() if buffers is None else buffers
+    warped, pieces = _warp_parts(measure, moving, theta, displacement, interp, buffers)
+    sim, grad_warped = measure(warped, measure.sign)
     grad_displacement = None
     if displacement is not None and mask[1]:
         # zero where no part writes (no kernel writes there)
@@ -701,6 +716,13 @@ class RegistrationResult:
     theta : ndarray, shape (1, 3, 4), float32
         warp_3d's theta of T (align_corners=True).
     fixed_shape : (int, int, int)
+    similarity : (float, float)
+        The similarity (``register``'s loss, of the full-resolution volumes) before (the
+        headers' alignment) and after.
+    moved : ndarray, shape (1, D, H, W, 3), float32, or None
+        warp_3d's displacement of d (normalised units of the moving grid), which ``warp``
+        samples at (None: made from ``control`` by each call; set it to None to release
+        its memory).
     """
 
     transform: np.ndarray
@@ -713,6 +735,8 @@ class RegistrationResult:
     moving_shape: tuple
     theta: np.ndarray
     fixed_shape: tuple
+    similarity: tuple
+    moved: np.ndarray | None
 
     @property
     def fixed_displacement(self) -> np.ndarray:
@@ -731,8 +755,8 @@ class RegistrationResult:
         if not (mode == "nearest" and volume.dtype in _dtypes.LABELS):
             volume = volume.astype(np.float32, copy=False)
         shape = self.fixed_shape
-        moved = dense_displacement(self.control @ _moving_linear(self.theta, shape,
-                                                                 self.control.dtype).T, shape)
+        moved = self.moved if self.moved is not None else dense_displacement(
+            self.control @ _moving_linear(self.theta, shape, self.control.dtype).T, shape)
         return warp_3d(interpolant(volume, mode)[None, None], self.theta, moved, shape, mode,
                        **_SAMPLING)[0, 0]
 
@@ -901,9 +925,20 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
             record("deformable", level, it, value, sim)
             if stall(value):
                 break
-        del measure, buffers
-    warped = _sample(pyramid[-1][2], theta, dense_displacement(
-        control @ _moving_linear(theta, shape, control.dtype).T, shape), shape, interp)
+    # the full resolution's measure (the last level's, made for its steps or now) scores the
+    # headers' alignment and the result; the result's dense displacement goes into the last
+    # step's buffer (the gradient's is no longer needed)
+    finest = pyramid[-1][2]
+    if measure is None:
+        measure = similarity_measure(loss, fixed, window)
+    buffers.arrays.pop("grad_displacement", None)
+    moved = dense_displacement(control @ _moving_linear(theta, shape, control.dtype).T, shape,
+                               out=buffers.arrays.pop("displacement", None))
+    warped = _sample(finest, theta, moved, shape, interp)
+    before, _ = _warp_parts(measure, finest, frame.theta(IDENTITY_PARAMS, finest.dtype), None,
+                            interp, buffers)
+    similarity = (measure.value(before), measure.value(warped))
+    del measure, buffers, before
     # d in mm: the voxels' (i, j, k) map to world axes, on the control points (linear);
     # upsampled with the axes reversed, (1, 3, W, H, D), so that its transpose (D, H, W, 3)
     # is laid out as NIfTI stores it (Fortran order): written with no transposing copy
@@ -911,7 +946,8 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     millimetres = upsample_trilinear_3d(control_mm.T[None], size=tuple(shape[::-1]),
                                         align_corners=True)[0].T
     return RegistrationResult(frame.transform(params), millimetres, warped, control, history,
-                              fixed_affine, moving_affine, moving.shape, theta, shape)
+                              fixed_affine, moving_affine, moving.shape, theta, shape,
+                              similarity, moved)
 
 
 def resample(fixed_shape: Sequence[int], fixed_affine: npt.ArrayLike, moving: np.ndarray,
@@ -943,7 +979,7 @@ def _volume(name, volume):
     if volume.ndim != 3 or min(volume.shape) < 2:
         raise InvalidArgumentError(f"{name}: expected a 3-D volume with at least 2 voxels per "
                                    f"axis, got shape {volume.shape}")
-    return volume.astype(np.float32)
+    return volume.astype(np.float32, copy=False)  # read, never written
 
 
 def _affine(name, affine):
