@@ -13,7 +13,9 @@ by ``warp_3d``, the grid never formed, at ``A x + u(x)``:
    align_corners=True) to a dense displacement d, and the fixed point x maps to the
    moving point T(x + d(x)): warp_3d's displacement is d in normalised units through
    theta's linear part. Its gradient runs back through ``warp_3d_backward``'s
-   grad_displacement and ``upsample_trilinear_3d_backward``.
+   grad_displacement and the upsampling's adjoint. In the steps, d is made only over
+   the parts of the volume the similarity reads (windows of the upsampling: the same
+   values as the whole field's there), and the gradient runs back from them alone.
 
 The objective is an image similarity (MSE or local NCC), plus a smoothness penalty on the
 control grid in the deformable stage; Adam takes the steps. Coarse-to-fine: each level
@@ -44,9 +46,10 @@ import numpy.typing as npt
 from . import _dtypes, _layout
 from ._checks import InvalidArgumentError
 from ._cpu import similarity as _similarity_kernels
+from ._cpu import upsample as _upsample_kernels
 from .grid_sample import grid_sample_3d
 from .spline import spline_coefficients
-from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
+from .upsample import upsample_trilinear_3d
 from .warp import warp_3d, warp_3d_backward
 
 _SAMPLING: dict[str, Any] = dict(padding_mode="border", align_corners=True)  # of every image warp
@@ -496,57 +499,91 @@ class StepBuffers:
         return array
 
 
-def _warp_parts(measure, moving, theta, displacement, interp, buffers):
+def _regions(measure) -> list[tuple[slice, ...]]:
+    """The measure's parts (``measure.parts``) as slices of its whole volume."""
+    return [_within(measure.box, part, measure.full_shape) for part in measure.parts]
+
+
+def _warp_parts(measure, moving, theta, displacements, interp, buffers):
     """The moving volume warped into the measure's box, part by part (``measure.parts``):
-    theta times the part's map, the displacement's part; the rest of the box reads 0.
-    Returns the box (a buffer of ``buffers``) and each part's (part, region, map, theta,
-    displacement)."""
+    theta times the part's map, at the part's displacement (``displacements``: one per
+    part, or None); the rest of the box reads 0. Returns the box (a buffer of ``buffers``)
+    and each part's (part, map, theta)."""
     # zeros where no part writes
     warped = buffers("warped", measure.fixed.shape, moving.dtype, zero=True)
     pieces = []
-    for part in measure.parts:
-        region = _within(measure.box, part, measure.full_shape)
+    for i, (part, region) in enumerate(zip(measure.parts, _regions(measure))):
         part_map = _box_map(region, measure.full_shape)
         part_theta = theta if part_map is None else \
             (theta[0].astype(np.float64) @ part_map)[None].astype(theta.dtype)
-        part_displacement = None if displacement is None else \
-            displacement[(slice(None),) + region]
         size = tuple(r.stop - r.start for r in region)
-        _sample(moving, part_theta, part_displacement, size, interp, warped[part])
-        pieces.append((part, region, part_map, part_theta, part_displacement))
+        _sample(moving, part_theta, None if displacements is None else displacements[i], size,
+                interp, warped[part])
+        pieces.append((part, part_map, part_theta))
     return warped, pieces
 
 
-def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buffers=None):
+def _similarity_gradient(measure, moving, theta, displacements, mask, interp, buffers=None):
     """Similarity (``measure``, built on the fixed volume) of the warped volume, and
-    warp_3d_backward's (grad_theta, grad_displacement) of the loss ``sign * similarity`` as
-    ``mask`` asks for them; volumes in ``buffers`` (``StepBuffers``) when given.
+    warp_3d_backward's (grad_theta, grad_displacements) of the loss ``sign * similarity``
+    as ``mask`` asks for them; volumes in ``buffers`` (``StepBuffers``) when given.
 
     Only the measure's box is warped, part by part (``measure.parts``): theta times the
-    part's map, the displacement's part; the rest of the box reads 0, and grad_displacement
-    is 0 outside the parts."""
+    part's map, at the part's displacement (``displacements``: one per part, warp_3d's, or
+    None); the rest of the box reads 0. grad_displacements has one gradient per part."""
     buffers = StepBuffers() if buffers is None else buffers
-    warped, pieces = _warp_parts(measure, moving, theta, displacement, interp, buffers)
+    warped, pieces = _warp_parts(measure, moving, theta, displacements, interp, buffers)
     sim, grad_warped = measure(warped, measure.sign)
-    grad_displacement = None
-    if displacement is not None and mask[1]:
-        # zero where no part writes (no kernel writes there)
-        grad_displacement = buffers("grad_displacement", displacement.shape, displacement.dtype,
-                                    zero=True)
+    want_displacement = displacements is not None and mask[1]
+    grad_displacements = [] if want_displacement else None
     grad_theta = None
-    for part, region, part_map, part_theta, part_displacement in pieces:
-        _, part_grad, _ = warp_3d_backward(
-            grad_warped[part][None, None], moving[None, None], part_theta, part_displacement,
+    for i, (part, part_map, part_theta) in enumerate(pieces):
+        displacement = None if displacements is None else displacements[i]
+        _, part_grad, grad_displacement = warp_3d_backward(
+            grad_warped[part][None, None], moving[None, None], part_theta, displacement,
             interp, **_SAMPLING, output_mask=(False,) + mask,
-            grad_displacement_out=None if grad_displacement is None
-            else grad_displacement[(slice(None),) + region])
+            grad_displacement_out=buffers(f"grad_displacement {i}", displacement.shape,
+                                          displacement.dtype) if want_displacement else None)
+        if grad_displacements is not None:
+            grad_displacements.append(grad_displacement)
         if part_grad is not None:
             part_grad = part_grad[0].astype(np.float64)
             part_grad = part_grad if part_map is None else part_grad @ part_map.T
             grad_theta = part_grad if grad_theta is None else grad_theta + part_grad
     if grad_theta is not None:
         grad_theta = grad_theta[None].astype(theta.dtype)
-    return sim, grad_theta, grad_displacement
+    return sim, grad_theta, grad_displacements
+
+
+def _dense_parts(control: np.ndarray, regions: Sequence[tuple[slice, ...]],
+                 shape: Sequence[int], buffers: StepBuffers) -> list[np.ndarray]:
+    """The dense displacement of ``control`` (``dense_displacement`` to ``shape``) over
+    each of ``regions``, each the same bits as that part of the whole (buffers of
+    ``buffers``, (1, d, h, w, 3) each): the upsampling runs only where the warps read."""
+    parts = []
+    for i, region in enumerate(regions):
+        size = tuple(r.stop - r.start for r in region)
+        part = buffers(f"displacement {i}", (1,) + size + (3,), control.dtype)
+        _upsample_kernels.window(_layout.logical(control, "NDHWC"),
+                                 _layout.logical(part, "NDHWC"), [r.start for r in region],
+                                 shape, True, layout="NDHWC")
+        parts.append(part)
+    return parts
+
+
+def _dense_parts_adjoint(grads: Sequence[np.ndarray], regions: Sequence[tuple[slice, ...]],
+                         shape: Sequence[int], control_shape: Sequence[int],
+                         buffers: StepBuffers) -> np.ndarray:
+    """The adjoint of ``_dense_parts``: the control grid's gradient (``control_shape``) of
+    the parts' gradients, summed part after part."""
+    total = np.zeros(control_shape, grads[0].dtype)
+    scratch = buffers("control gradient", control_shape, grads[0].dtype)
+    for grad, region in zip(grads, regions):
+        _upsample_kernels.window(_layout.logical(grad, "NDHWC"),
+                                 _layout.logical(scratch, "NDHWC"), [r.start for r in region],
+                                 shape, True, backward=True, layout="NDHWC")
+        total += scratch
+    return total
 
 
 def similarity_measure(loss: str, fixed: np.ndarray, window: int = 5
@@ -651,14 +688,15 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
     dtype = control.dtype
     theta = (np.eye(3, 4, dtype=dtype)[None] if theta is None else theta).astype(dtype)
     linear = _moving_linear(theta, full_shape, dtype)
-    dense_shape = (1,) + tuple(fixed.shape) + (3,)
-    moved = dense_displacement(control @ linear.T, fixed.shape, out=None if buffers is None
-                               else buffers("displacement", dense_shape, dtype))
+    buffers = StepBuffers() if buffers is None else buffers
+    # the dense displacement only where the warps read it: the measure's parts
+    regions = _regions(measure)
+    moved = _dense_parts(np.ascontiguousarray(control @ linear.T), regions, fixed.shape,
+                         buffers)
     sim, _, grad_moved = _similarity_gradient(measure, moving, theta, moved, (False, True),
                                               interp, buffers)
-    grad = upsample_trilinear_3d_backward(grad_moved, control.shape[:1] + (3,)
-                                          + control.shape[1:4], align_corners=True,
-                                          layout="NDHWC") @ linear
+    grad = _dense_parts_adjoint(grad_moved, regions, fixed.shape, control.shape,
+                                buffers) @ linear
     spacing = [(n - 1) / (c - 1) for n, c in zip(full_shape, control.shape[1:4])]
     penalty, grad_penalty = smoothness(control, spacing)
     return (measure.sign * sim + weight * penalty, grad + dtype.type(weight) * grad_penalty,
@@ -926,19 +964,17 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
             if stall(value):
                 break
     # the full resolution's measure (the last level's, made for its steps or now) scores the
-    # headers' alignment and the result; the result's dense displacement goes into the last
-    # step's buffer (the gradient's is no longer needed)
+    # headers' alignment and the result
     finest = pyramid[-1][2]
     if measure is None:
         measure = similarity_measure(loss, fixed, window)
-    buffers.arrays.pop("grad_displacement", None)
-    moved = dense_displacement(control @ _moving_linear(theta, shape, control.dtype).T, shape,
-                               out=buffers.arrays.pop("displacement", None))
+    del buffers  # the steps' parts
+    moved = dense_displacement(control @ _moving_linear(theta, shape, control.dtype).T, shape)
     warped = _sample(finest, theta, moved, shape, interp)
     before, _ = _warp_parts(measure, finest, frame.theta(IDENTITY_PARAMS, finest.dtype), None,
-                            interp, buffers)
+                            interp, StepBuffers())
     similarity = (measure.value(before), measure.value(warped))
-    del measure, buffers, before
+    del measure, before
     # d in mm: the voxels' (i, j, k) map to world axes, on the control points (linear);
     # upsampled with the axes reversed, (1, 3, W, H, D), so that its transpose (D, H, W, 3)
     # is laid out as NIfTI stores it (Fortran order): written with no transposing copy
