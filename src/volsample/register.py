@@ -224,11 +224,12 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
             fixed_labels, moving_labels = (v.data for v in labels)
             warped_labels = result.warp(moving_labels, "nearest")  # integer: exact copies
             outputs["warped_labels"] = warped_labels
+        result.moved = None  # the warps are done: not held from here on
+        if labels is not None:
             unaligned = registration.resample(fixed_labels.shape, fixed.affine, moving_labels,
                                               moving.affine, "nearest")
             dice = (registration.dice(fixed_labels, unaligned),
                     registration.dice(fixed_labels, warped_labels))
-        result.moved = None  # the warps are done: not held while the files are written
         files = _write_all(out_dir, {name: fixed.like(name, data)
                                      for name, data in outputs.items()})
         _write_affine(os.path.join(out_dir, "affine.txt"), result.transform)
