@@ -325,6 +325,29 @@ def test_bspline_interpolant_gives_the_voxels_back():
                                                 "bspline"), volume, 1e-12, 1e-12)
 
 
+@pytest.mark.parametrize("loss,levels", [("ncc", 1), ("ncc", 2), ("mse", 2)])
+def test_register_scores_the_headers_alignment_and_its_result(monkeypatch, loss, levels):
+    # The result's similarity (the last level's measure, made for its steps or after
+    # none, the box warped part by part) is what the measure of the whole volumes says;
+    # warp() samples where the result's moved displacement says, kept or made again.
+    monkeypatch.setattr(registration, "_SLAB_PLANES", 4)  # several slabs
+    affine = np.diag([1.1, 1.0, 0.9, 1.0])
+    fixed = _brain_on_flat_background((36, 30, 34), 70).astype(np.float32)
+    moving = np.ascontiguousarray(fixed[::-1])
+    result = registration.register(fixed, moving, loss, fixed_affine=affine,
+                                   moving_affine=affine, levels=levels, affine_iterations=3,
+                                   iterations=[4] * (levels - 1) + [0 if levels == 1 else 3])
+    before = registration.resample(fixed.shape, affine, moving, affine)
+    expected = (registration.similarity(loss, fixed, before),
+                registration.similarity(loss, fixed, result.warped))
+    assert result.similarity == pytest.approx(expected, rel=1e-5)
+    assert result.similarity[0] != pytest.approx(result.similarity[1], rel=1e-3)
+    kept = result.warp(moving)
+    np.testing.assert_array_equal(kept, result.warped)
+    result.moved = None
+    np.testing.assert_array_equal(result.warp(moving), kept)
+
+
 @pytest.fixture(scope="module")
 def pair_files(tmp_path_factory, pair):
     folder = tmp_path_factory.mktemp("pair")

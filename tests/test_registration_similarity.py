@@ -1,8 +1,9 @@
-"""The C++ box sums and local NCC of registration (``src/cpp/local_ncc.cpp``).
+"""The C++ box sums, local NCC and varying rows of registration (``src/cpp/local_ncc.cpp``).
 
 The oracle is PyTorch in float64: window sums as a convolution with a box of ones (zero
-padding cuts the windows at the border), the NCC from them, and its gradient by autograd.
-The kernels must give the same bits for every thread count and ISA.
+padding cuts the windows at the border), the NCC from them, and its gradient by autograd;
+the varying rows and columns against NumPy's comparisons of neighbours. The kernels must
+give the same bits for every thread count and ISA.
 """
 from __future__ import annotations
 
@@ -140,3 +141,47 @@ def test_kernel_rejects_operands_it_cannot_read(case, match):
     with pytest.raises(ValueError, match=match):
         kernels._kernels.local_ncc(measure.fixed, measure.F_sum, measure.F_var, warped, work,
                                    None, 1, EPS, 1.0, 1)
+
+
+def _varying_oracle(volume):
+    """NumPy: every voxel that differs from a neighbour along some axis, projected onto
+    the (D, H) rows and the (D, W) columns."""
+    varying = np.zeros(volume.shape, bool)
+    for axis in range(3):
+        low = (slice(None),) * axis + (slice(None, -1),)
+        high = (slice(None),) * axis + (slice(1, None),)
+        step = volume[high] != volume[low]
+        varying[high] |= step
+        varying[low] |= step
+    return varying.any(axis=2), varying.any(axis=1)
+
+
+# size-1 axes (no neighbour along them), a single voxel, and odd sizes
+@pytest.mark.parametrize("shape", [(9, 11, 13), (1, 6, 7), (5, 1, 8), (4, 6, 1), (1, 1, 1)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_varying_rows_and_columns_match_numpy(shape, dtype):
+    # a volume flat but for a few voxels, so that most rows and columns do not vary
+    volume = np.zeros(shape, dtype)
+    rng = np.random.default_rng(7)
+    for index in zip(*(rng.integers(0, n, 3) for n in shape)):
+        volume[index] = rng.uniform(1, 2)
+    expected = _varying_oracle(volume)
+    assert expected[0].any() == (volume.size > 1)
+    previous = _cpu.isa()
+    try:
+        for isa in _cpu.supported_isas():
+            _cpu.set_isa(isa)
+            for threads in (1, 2, 3):
+                rows = np.full(shape[:2], 7, np.uint8)  # written whole
+                columns = np.full(shape[::2], 7, np.uint8)
+                _cpu._kernels.varying(volume, rows, columns, threads)
+                np.testing.assert_array_equal(rows, expected[0], err_msg=f"{isa}, {threads}")
+                np.testing.assert_array_equal(columns, expected[1], err_msg=f"{isa}, {threads}")
+    finally:
+        _cpu.set_isa(previous)
+
+
+def test_varying_rejects_rows_and_columns_of_the_wrong_shape():
+    volume = np.zeros((3, 4, 5), np.float32)
+    with pytest.raises(ValueError, match="rows and columns must be"):
+        kernels._kernels.varying(volume, np.empty((3, 5), np.uint8), np.empty((3, 5), np.uint8), 1)

@@ -73,6 +73,25 @@ void bind_local_ncc(nb::module_& m) {
       nb::arg("fixed"), nb::arg("fixed_sum"), nb::arg("fixed_var"), nb::arg("warped"),
       nb::arg("work"), nb::arg("grad").none(), nb::arg("radius"), nb::arg("eps"),
       nb::arg("grad_scale"), nb::arg("threads"));
+  m.def(
+      "varying",
+      [](nb::handle input, nb::handle rows, nb::handle columns, int threads) {
+        VaryingArgs a;
+        a.volume = volume(input, "volume");
+        a.rows = strided(rows);
+        a.columns = strided(columns);
+        auto plane_of = [&](const Strided& p, int64_t n) {  // C-contiguous (D, n) uint8
+          return p.dtype == DType::uint8 && p.ndim == 2 && p.shape[0] == a.volume.shape[0] &&
+                 p.shape[1] == n && p.stride[1] == 1 && p.stride[0] == n;
+        };
+        if (!plane_of(a.rows, a.volume.shape[1]) || !plane_of(a.columns, a.volume.shape[2]))
+          throw std::invalid_argument(
+              "varying: rows and columns must be C-contiguous uint8 (D, H) and (D, W)");
+        a.threads = threads;
+        nb::gil_scoped_release release;
+        active_kernels().varying(a);
+      },
+      nb::arg("volume"), nb::arg("rows"), nb::arg("columns"), nb::arg("threads"));
 }
 
 }  // namespace vs

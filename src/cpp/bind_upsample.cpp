@@ -14,6 +14,7 @@ namespace vs {
 namespace {
 using Scales = std::tuple<double, double, double>;
 using Shape = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+using Window = std::tuple<int64_t, int64_t, int64_t>;
 
 UpsampleArgs upsample_args(nb::handle src, nb::handle dst, bool channels_last,
                            bool align_corners, Scales scales, int threads) {
@@ -86,6 +87,31 @@ void bind_upsample(nb::module_& m) {
       },
       nb::arg("src"), nb::arg("dst"), nb::arg("channels_last"), nb::arg("align_corners"),
       nb::arg("scales"), nb::arg("threads"));
+  // A window of the forward's output (UpsampleArgs): `forward` into it, or with `backward`
+  // from its gradient.
+  m.def(
+      "upsample_window",
+      [](nb::handle src, nb::handle dst, bool channels_last, bool align_corners, Scales scales,
+         int threads, Window first, Window full, bool backward) {
+        UpsampleArgs a = upsample_args(src, dst, channels_last, align_corners, scales, threads);
+        const Strided& window = backward ? a.src : a.dst;
+        const int64_t f[3] = {std::get<0>(first), std::get<1>(first), std::get<2>(first)};
+        const int64_t n[3] = {std::get<0>(full), std::get<1>(full), std::get<2>(full)};
+        for (int k = 0; k < 3; ++k) {
+          if (f[k] < 0 || n[k] < 1 || f[k] + window.shape[k + 2] > n[k])
+            throw std::invalid_argument("upsample_window: the window must lie in the output");
+          a.window_first[k] = f[k];
+          a.window_full[k] = n[k];
+        }
+        nb::gil_scoped_release release;
+        if (backward)
+          active_kernels().upsample_backward(a);
+        else
+          active_kernels().upsample_forward(a);
+      },
+      nb::arg("src"), nb::arg("dst"), nb::arg("channels_last"), nb::arg("align_corners"),
+      nb::arg("scales"), nb::arg("threads"), nb::arg("first"), nb::arg("full"),
+      nb::arg("backward"));
   // A call's source and destination without their memory (as PreparedGridSample): each
   // run is handed only the addresses.
   nb::class_<UpsampleArgs>(m, "PreparedUpsample")

@@ -20,6 +20,7 @@ struct KernelTable {
   void (*warp_backward)(const WarpArgs&);
   void (*box_sum)(const BoxSumArgs&);
   double (*local_ncc)(const LocalNccArgs&);
+  void (*varying)(const VaryingArgs&);
 };
 
 namespace scalar { const KernelTable& kernel_table(); }

@@ -275,7 +275,55 @@ double local_ncc_of(const LocalNccArgs& a) {
   return volume ? total / double(volume) : 0.0;
 }
 
+// Where the volume varies (local_ncc.h), plane by plane: each task writes its planes' rows
+// and columns alone and only reads the volume.
+template <class T>
+void varying_of(const VaryingArgs& a) {
+  const Shape s = shape_of(a.volume);
+  const T* v = a.volume.ptr<T>();
+  uint8_t* rows = a.rows.ptr<uint8_t>();
+  uint8_t* columns = a.columns.ptr<uint8_t>();
+#pragma omp parallel num_threads(a.threads)
+  {
+    // step[x]: voxels x and x + 1 of a row differ; varies[x]: voxel x differs from a
+    // neighbour
+    std::vector<uint8_t> step(s.W), varies(s.W);
+#pragma omp for schedule(static)
+    for (int64_t z = 0; z < s.D; ++z) {
+      uint8_t* column = columns + z * s.W;
+      std::fill(column, column + s.W, uint8_t(0));
+      for (int64_t y = 0; y < s.H; ++y) {
+        const T* p = v + (z * s.H + y) * s.W;
+        uint8_t* d = varies.data();
+        for (int64_t x = 0; x + 1 < s.W; ++x) step[x] = p[x] != p[x + 1];
+        d[0] = s.W > 1 ? step[0] : 0;
+        for (int64_t x = 1; x + 1 < s.W; ++x) d[x] = step[x - 1] | step[x];
+        if (s.W > 1) d[s.W - 1] = step[s.W - 2];
+        const T* neighbours[4] = {y > 0 ? p - s.W : nullptr, y + 1 < s.H ? p + s.W : nullptr,
+                                  z > 0 ? p - s.plane() : nullptr,
+                                  z + 1 < s.D ? p + s.plane() : nullptr};
+        for (const T* q : neighbours)
+          if (q)
+            for (int64_t x = 0; x < s.W; ++x) d[x] |= uint8_t(p[x] != q[x]);
+        uint8_t any = 0;
+        for (int64_t x = 0; x < s.W; ++x) {
+          any |= d[x];
+          column[x] |= d[x];
+        }
+        rows[z * s.H + y] = any;
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void varying(const VaryingArgs& a) {
+  if (a.volume.dtype == DType::float64)
+    varying_of<double>(a);
+  else
+    varying_of<float>(a);
+}
 
 void box_sum(const BoxSumArgs& a) {
   if (a.volume.dtype == DType::float64)

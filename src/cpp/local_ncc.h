@@ -35,10 +35,21 @@ struct LocalNccArgs {
   int threads = 1;
 };
 
+// Where a volume varies: voxel (z, y, x) varies when it differs from a neighbour along
+// some axis. rows[z, y] says whether a voxel of row (z, y) varies, columns[z, x] whether
+// one of column (z, x) does: all that the similarity's box and slabs need.
+struct VaryingArgs {
+  Strided volume;   // (D, H, W)
+  Strided rows;     // (D, H) uint8
+  Strided columns;  // (D, W) uint8
+  int threads = 1;
+};
+
 #ifdef VS_ISA
 namespace VS_ISA {
 void box_sum(const BoxSumArgs& args);
 double local_ncc(const LocalNccArgs& args);  // the mean of cc
+void varying(const VaryingArgs& args);
 }  // namespace VS_ISA
 #endif
 

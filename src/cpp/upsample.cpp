@@ -26,6 +26,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <type_traits>
@@ -331,7 +332,7 @@ struct Pass {
 
   Pass(const UpsampleArgs& a, bool transposed)
       : g(a.src.shape, a.dst.shape, a.channels_last, a.threads, transposed),
-        t(g, a.align_corners, a.scales, transposed),
+        t(g, a.align_corners, a.scales, transposed, a.window_first, a.window_full),
         src(a.src.ptr<S>()),
         dst(a.dst.ptr<S>()),
         per_thread(upsample_scratch_elements(g, t, transposed)) {
@@ -370,14 +371,15 @@ void forward_pass(const UpsampleArgs& a) {
   Pass<S, C> ps(a, false);
   const UpsampleGeometry& g = ps.g;
   if (g.items == 0) return;
-  const int64_t Hs = g.src[3], Ws = g.src[4], Hd = g.dst[3], Wd = g.dst[4];
+  const int64_t Ws = g.src[4], Wd = g.dst[4];
   const int64_t inner = g.inner, row_len = Wd * inner, band = g.band_rows;
   const RowReader<S, C> reader(inner, ps.ss[4], ps.ss[1]);
   const AxisMap<C>& dmap = ps.t.d;
   // A large result goes past the caches (it would not stay in them anyway) where the
   // slots are large too: then write-allocations would evict them (measured: 1.5x faster
   // at C = 32 channels last; no gain with NCDHW's small slots).
-  const int64_t result_bytes = g.dst[0] * g.dst[1] * g.dst[2] * Hd * Wd * int64_t(sizeof(S));
+  const int64_t result_bytes =
+      g.dst[0] * g.dst[1] * g.dst[2] * g.dst[3] * Wd * int64_t(sizeof(S));
   const bool streamed = result_bytes >= kStreamedResultBytes &&
                         2 * band * row_len * int64_t(sizeof(C)) >= (128 << 10);
 #pragma omp parallel num_threads(int(g.threads))
@@ -385,7 +387,7 @@ void forward_pass(const UpsampleArgs& a) {
     C* stage = ps.thread_scratch();
     C* mapped_w = stage + Ws * inner;
     C* slots[2];
-    slots[0] = mapped_w + (Hs != Hd ? ps.t.band_span * row_len : 0);
+    slots[0] = mapped_w + (!ps.t.h_kept ? ps.t.band_span * row_len : 0);
     slots[1] = slots[0] + band * row_len;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < g.items; ++it) {
@@ -395,7 +397,7 @@ void forward_pass(const UpsampleArgs& a) {
       ps.item(it, s_base, d_base, p0, p1, r0, r1);
       const int64_t n = (r1 - r0) * row_len;  // a band of dst rows, through the item's planes
       int64_t lo = r0, hi = r1;                // the source rows the band reads
-      if (Hs != Hd) source_span(ps.t.h, r0, r1, lo, hi);
+      if (!ps.t.h_kept) source_span(ps.t.h, r0, r1, lo, hi);
       int64_t held[2] = {-1, -1};  // the source plane in each slot
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t first = dmap.starts[p], stop = dmap.starts[p + 1];
@@ -403,12 +405,12 @@ void forward_pass(const UpsampleArgs& a) {
           const int64_t s = dmap.index[k];
           if (held[s % 2] == s) continue;
           const S* sp = s_base + s * ps.ss[2];
-          C* mapped = Hs == Hd ? slots[s % 2] : mapped_w;  // H keeps its size: W into the slot
+          C* mapped = ps.t.h_kept ? slots[s % 2] : mapped_w;  // H keeps its size: W into the slot
           for (int64_t h = lo; h < hi; ++h)
             gather_w(mapped + (h - lo) * row_len,
                      reader.read(sp + h * ps.ss[3], 0, Ws * inner, stage), ps.t.w, inner, 0,
                      Wd, 0, inner);
-          if (Hs != Hd) combine_rows(slots[s % 2], mapped_w, row_len, ps.t.h, r0, r1, lo);
+          if (!ps.t.h_kept) combine_rows(slots[s % 2], mapped_w, row_len, ps.t.h, r0, r1, lo);
           held[s % 2] = s;
         }
         const C* v[2] = {slots[dmap.index[first] % 2], slots[dmap.index[stop - 1] % 2]};
@@ -429,7 +431,7 @@ void backward_pass(const UpsampleArgs& a) {
   Pass<S, C> ps(a, true);
   const UpsampleGeometry& g = ps.g;
   if (g.items == 0) return;
-  const int64_t Hs = g.src[3], Ws = g.src[4], Hd = g.dst[3], Wd = g.dst[4];
+  const int64_t Ws = g.src[4], Wd = g.dst[4];
   const int64_t inner = g.inner;
   const int64_t row_len = (Ws + 1) * inner;  // each scratch row ends in a zero voxel
   const int64_t run = Ws * inner;            // the part of it the D map writes
@@ -438,7 +440,7 @@ void backward_pass(const UpsampleArgs& a) {
 #pragma omp parallel num_threads(int(g.threads))
   {
     C* mapped_d = ps.thread_scratch();
-    C* mapped = Hs == Hd ? mapped_d : mapped_d + ps.t.band_span * row_len;
+    C* mapped = ps.t.h_kept ? mapped_d : mapped_d + ps.t.band_span * row_len;
     C tiles[ENTRIES][TILE];
 #pragma omp for schedule(dynamic, 1)
     for (int64_t it = 0; it < g.items; ++it) {
@@ -447,10 +449,15 @@ void backward_pass(const UpsampleArgs& a) {
       int64_t p0, p1, r0, r1;
       ps.item(it, s_base, d_base, p0, p1, r0, r1);
       int64_t lo = r0, hi = r1;  // the source rows the band reads
-      if (Hs != Hd) source_span(ps.t.h, r0, r1, lo, hi);
+      if (!ps.t.h_kept) source_span(ps.t.h, r0, r1, lo, hi);
       for (int64_t p = p0; p < p1; ++p) {
         // Along D: the source planes of row p, a tile of each row at a time.
         const int64_t first = dmap.starts[p], stop = dmap.starts[p + 1];
+        if (first == stop) {  // none (a window's gradient reaches few planes): +0, as mapped
+          std::memset(static_cast<void*>(d_base + p * ps.ds[2] + r0 * Wd * inner), 0,
+                      size_t((r1 - r0) * Wd * inner) * sizeof(S));
+          continue;
+        }
         // The one or two source planes the next dst plane reads and this one does not
         // (the backward of upsampling by 2): fetched ahead, row by row, where rows are
         // short contiguous single channels, streams too short for the hardware to follow
@@ -468,10 +475,6 @@ void backward_pass(const UpsampleArgs& a) {
             for (int64_t j = 0; j < run; j += 64 / int64_t(sizeof(S))) prefetch_(next + j);
           }
           C* o = mapped_d + (h - lo) * row_len;
-          if (first == stop) {
-            for (int64_t j = 0; j < run; ++j) o[j] = C(0);
-            continue;
-          }
           for (int64_t j0 = 0; j0 < run; j0 += TILE) {
             const int64_t n = run - j0 < TILE ? run - j0 : TILE;
             for (int64_t k = first; k < stop; k += ENTRIES) {
@@ -485,7 +488,7 @@ void backward_pass(const UpsampleArgs& a) {
           }
         }
         // Zero voxels stay zero.
-        if (Hs != Hd) combine_rows(mapped, mapped_d, row_len, ps.t.h, r0, r1, lo);
+        if (!ps.t.h_kept) combine_rows(mapped, mapped_d, row_len, ps.t.h, r0, r1, lo);
         S* out = d_base + p * ps.ds[2];
         for (int64_t h = r0; h < r1; ++h)
           gather_w_into(out + h * Wd * inner, mapped + (h - r0) * row_len, ps.t.w, inner);

@@ -13,12 +13,19 @@ namespace vs {
 // forward maps input to output; the backward maps grad_output to grad_input by the
 // forward's adjoint. scales are the forward's per-axis (D, H, W) scale factors, <= 0
 // where none was given. A pass that changes no spatial size is the caller's copy.
+//
+// A window: the forward's output (the backward's grad_output) is then the part
+// [window_first, window_first + its size) of each axis (D, H, W) of an output of
+// window_full points, whose coordinate map it follows (the same bits as that output's
+// part); window_full 0 on an axis: the whole output.
 struct UpsampleArgs {
   Strided src;
   Strided dst;
   bool channels_last = false;
   bool align_corners = false;
   double scales[3] = {0.0, 0.0, 0.0};
+  int64_t window_first[3] = {0, 0, 0};
+  int64_t window_full[3] = {0, 0, 0};
   int threads = 1;
 };
 

@@ -29,25 +29,27 @@ struct AxisMap {
 
 // The forward along one axis (out_size x in_size). Row o is (i1, l1) then (i0, l0): the
 // kernels compute fma(l0, v0, l1 * v1), the very operations of PyTorch's compiled lerp.
+// With a window, the rows are [first, first + out_size) of the map to `full` points.
 template <class T>
 AxisMap<T> forward_axis_map(int64_t in_size, int64_t out_size, bool align_corners,
-                            double scale) {
-  const int64_t per_row = in_size == out_size ? 1 : 2;
+                            double scale, int64_t first = 0, int64_t full = 0) {
+  if (full <= 0) full = out_size, first = 0;
+  const int64_t per_row = in_size == full ? 1 : 2;
   AxisMap<T> m;
   m.starts.resize(out_size + 1);
   m.index.resize(per_row * out_size);
   m.weight.resize(per_row * out_size);
-  const T ratio = upsample_ratio<T>(in_size, out_size, align_corners, scale);
+  const T ratio = upsample_ratio<T>(in_size, full, align_corners, scale);
   m.starts[0] = 0;
   for (int64_t o = 0; o < out_size; ++o) {
     const int64_t k = per_row * o;
     m.starts[o + 1] = k + per_row;
     if (per_row == 1) {
-      m.index[k] = o;
+      m.index[k] = first + o;
       m.weight[k] = T(1);
       continue;
     }
-    const auto t = upsample_taps(upsample_source(ratio, o, align_corners), in_size);
+    const auto t = upsample_taps(upsample_source(ratio, first + o, align_corners), in_size);
     m.index[k] = t.i1;
     m.weight[k] = t.l1;
     m.index[k + 1] = t.i0;
@@ -80,8 +82,8 @@ AxisMap<T> transpose(const AxisMap<T>& m, int64_t n_cols) {
 // The forward's map of an axis, or with `transposed` the backward's.
 template <class T>
 AxisMap<T> axis_map(int64_t in_size, int64_t out_size, bool align_corners, double scale,
-                    bool transposed) {
-  AxisMap<T> m = forward_axis_map<T>(in_size, out_size, align_corners, scale);
+                    bool transposed, int64_t first = 0, int64_t full = 0) {
+  AxisMap<T> m = forward_axis_map<T>(in_size, out_size, align_corners, scale, first, full);
   return transposed ? transpose(m, in_size) : m;
 }
 
@@ -217,18 +219,25 @@ struct UpsampleTables {
   Taps<T> w;
   AxisMap<T> h, d;
   int64_t band_span;  // the most source rows one band of dst rows reads along H
+  bool h_kept;        // H keeps its size: dst row r is source row r (no H map applied)
 
   // src/dst as in UpsampleGeometry; `forward_in` / `forward_out` are the forward's sizes
-  // (dst/src of the backward). scales are the forward's (D, H, W).
+  // (dst/src of the backward). scales are the forward's (D, H, W); the window's first
+  // rows and full sizes (UpsampleArgs) are optional.
   UpsampleTables(const UpsampleGeometry& g, bool align_corners, const double* scales,
-                 bool transposed) {
+                 bool transposed, const int64_t* first = nullptr,
+                 const int64_t* full = nullptr) {
     const int64_t* fin = transposed ? g.dst : g.src;
     const int64_t* fout = transposed ? g.src : g.dst;
+    const int64_t none[3] = {0, 0, 0};
+    if (!first || !full) first = full = none;
     // Backward pad taps read the zero voxel that ends each scratch row (index Ws).
-    w = dense_taps(axis_map<T>(fin[4], fout[4], align_corners, scales[2], transposed),
+    w = dense_taps(axis_map<T>(fin[4], fout[4], align_corners, scales[2], transposed, first[2],
+                               full[2]),
                    transposed ? g.src[4] : 0);
-    h = axis_map<T>(fin[3], fout[3], align_corners, scales[1], transposed);
-    d = axis_map<T>(fin[2], fout[2], align_corners, scales[0], transposed);
+    h = axis_map<T>(fin[3], fout[3], align_corners, scales[1], transposed, first[1], full[1]);
+    d = axis_map<T>(fin[2], fout[2], align_corners, scales[0], transposed, first[0], full[0]);
+    h_kept = fin[3] == fout[3] && (full[1] <= 0 || (first[1] == 0 && full[1] == fout[3]));
     band_span = 0;
     for (int64_t r0 = 0; r0 < g.dst[3]; r0 += g.band_rows) {
       int64_t lo, hi;
@@ -248,9 +257,9 @@ struct UpsampleTables {
 template <class T>
 inline int64_t upsample_scratch_elements(const UpsampleGeometry& g, const UpsampleTables<T>& t,
                                          bool transposed) {
-  const int64_t Hs = g.src[3], Ws = g.src[4], Hd = g.dst[3], Wd = g.dst[4];
-  if (transposed) return (t.band_span + (Hs != Hd ? g.band_rows : 0)) * (Ws + 1) * g.inner;
-  return (Ws + (Hs != Hd ? t.band_span * Wd : 0) + 2 * g.band_rows * Wd) * g.inner;
+  const int64_t Ws = g.src[4], Wd = g.dst[4];
+  if (transposed) return (t.band_span + (t.h_kept ? 0 : g.band_rows)) * (Ws + 1) * g.inner;
+  return (Ws + (t.h_kept ? 0 : t.band_span * Wd) + 2 * g.band_rows * Wd) * g.inner;
 }
 
 // Bytes a pass allocates beyond its result: the tables and each running thread's

@@ -224,6 +224,8 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
             fixed_labels, moving_labels = (v.data for v in labels)
             warped_labels = result.warp(moving_labels, "nearest")  # integer: exact copies
             outputs["warped_labels"] = warped_labels
+        result.moved = None  # the warps are done: not held from here on
+        if labels is not None:
             unaligned = registration.resample(fixed_labels.shape, fixed.affine, moving_labels,
                                               moving.affine, "nearest")
             dice = (registration.dice(fixed_labels, unaligned),
@@ -255,8 +257,7 @@ def _registered(fixed, moving, loss, settings, progress, interp):
         bar.close()
     before = registration.resample(fixed_n.shape, fixed.affine, moving_n, moving.affine,
                                    sampling)
-    measure = registration.similarity_measure(loss, fixed_n)
-    return result, fixed_n, before, (measure.value(before), measure.value(result.warped))
+    return result, fixed_n, before, result.similarity
 
 
 # ---------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ by ``warp_3d``, the grid never formed, at ``A x + u(x)``:
    align_corners=True) to a dense displacement d, and the fixed point x maps to the
    moving point T(x + d(x)): warp_3d's displacement is d in normalised units through
    theta's linear part. Its gradient runs back through ``warp_3d_backward``'s
-   grad_displacement and ``upsample_trilinear_3d_backward``.
+   grad_displacement and the upsampling's adjoint. In the steps, d is made only over
+   the parts of the volume the similarity reads (windows of the upsampling: the same
+   values as the whole field's there), and the gradient runs back from them alone.
 
 The objective is an image similarity (MSE or local NCC), plus a smoothness penalty on the
 control grid in the deformable stage; Adam takes the steps. Coarse-to-fine: each level
@@ -44,9 +46,10 @@ import numpy.typing as npt
 from . import _dtypes, _layout
 from ._checks import InvalidArgumentError
 from ._cpu import similarity as _similarity_kernels
+from ._cpu import upsample as _upsample_kernels
 from .grid_sample import grid_sample_3d
 from .spline import spline_coefficients
-from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
+from .upsample import upsample_trilinear_3d
 from .warp import warp_3d, warp_3d_backward
 
 _SAMPLING: dict[str, Any] = dict(padding_mode="border", align_corners=True)  # of every image warp
@@ -246,9 +249,10 @@ class MeanSquares:
         diff = warped - self.fixed
         return float(np.mean(diff * diff))
 
-    def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
+    def __call__(self, warped: np.ndarray, sign: int = 1) -> tuple[float, np.ndarray]:
+        """(value, the gradient of ``sign`` times the value)."""
         diff = warped - self.fixed
-        return float(np.mean(diff * diff)), diff * diff.dtype.type(2 / diff.size)
+        return float(np.mean(diff * diff)), diff * diff.dtype.type(sign * 2 / diff.size)
 
 
 class LocalNCC:
@@ -280,9 +284,10 @@ class LocalNCC:
         self.box: tuple[slice, ...] = _WHOLE
         self.parts: tuple[tuple[slice, ...], ...] = (_WHOLE,)
         if crop:
-            varying = _varying_voxels(fixed)
-            self.box = _varying_box(varying, 2 * self.radius)
-            self.parts = _slabs(varying[self.box], 2 * self.radius)
+            rows, columns = _varying(fixed)
+            self.box = _varying_box(rows, columns, 2 * self.radius)
+            depth, height, width = self.box
+            self.parts = _slabs(rows[depth, height], columns[depth, width], 2 * self.radius)
         F = self.fixed = np.ascontiguousarray(fixed[self.box])
         inverse_count = _inverse_counts(F.shape, self.radius, F.dtype)
         self.F_sum = box_sum(F, self.radius)
@@ -296,7 +301,7 @@ class LocalNCC:
         self.work: np.ndarray | None = None
         self.grad: np.ndarray | None = None
 
-    def _run(self, warped: np.ndarray, grad: np.ndarray | None) -> float:
+    def _run(self, warped: np.ndarray, grad: np.ndarray | None, sign: int = 1) -> float:
         if self.work is None:
             self.work = np.empty((3,) + self.fixed.shape, self.fixed.dtype)
         if warped.shape != self.fixed.shape:
@@ -304,42 +309,46 @@ class LocalNCC:
         warped = np.ascontiguousarray(warped, self.fixed.dtype)
         total = math.prod(self.full_shape)
         mean = _similarity_kernels.local_ncc(self.fixed, self.F_sum, self.F_var, warped,
-                                             self.work, grad, self.radius, _NCC_EPS, 1 / total)
+                                             self.work, grad, self.radius, _NCC_EPS,
+                                             sign / total)
         return mean * (self.fixed.size / total)
 
     def value(self, warped: np.ndarray) -> float:
         """The similarity alone, of a warped volume of ``full_shape`` or of the box's."""
         return self._run(warped, None)
 
-    def __call__(self, warped: np.ndarray) -> tuple[float, np.ndarray]:
-        """(value, gradient) of a warped volume of the box's shape (or ``full_shape``); the
-        gradient, of the box's shape, is a buffer of this object, which the next call
-        overwrites."""
+    def __call__(self, warped: np.ndarray, sign: int = 1) -> tuple[float, np.ndarray]:
+        """(value, the gradient of ``sign`` times the value) of a warped volume of the box's
+        shape (or ``full_shape``); the gradient, of the box's shape, is a buffer of this
+        object, which the next call overwrites (the kernel scales it: -1 negates it exactly,
+        with no pass of its own)."""
         if self.grad is None:
             self.grad = np.empty_like(self.fixed)
-        return self._run(warped, self.grad), self.grad
+        return self._run(warped, self.grad, sign), self.grad
 
 
 _WHOLE = (slice(None),) * 3  # a box of a whole volume
 
 
-def _varying_voxels(volume: np.ndarray) -> np.ndarray:
-    """Where ``volume`` differs from a neighbour along some axis (bool, its shape)."""
-    varying = np.zeros(volume.shape, bool)
-    for axis in range(3):
-        step = np.diff(volume, axis=axis) != 0
-        varying[_along(axis, slice(1, None))] |= step
-        varying[_along(axis, slice(None, -1))] |= step
-    return varying
+def _varying(volume: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where ``volume`` (D, H, W) differs from a neighbour along some axis, as the bool
+    projections (rows (D, H): some voxel of row (z, y) varies; columns (D, W): some voxel
+    of column (z, x) does), from one pass of the C++ core over the volume."""
+    volume = np.ascontiguousarray(volume)
+    D, H, W = volume.shape
+    rows, columns = np.empty((D, H), np.uint8), np.empty((D, W), np.uint8)
+    _similarity_kernels.varying(volume, rows, columns)
+    return rows.view(bool), columns.view(bool)
 
 
-def _varying_box(varying: np.ndarray, margin: int) -> tuple[slice, ...]:
-    """The bounding box of the ``varying`` voxels (``_varying_voxels``), grown by ``margin``
-    voxels per side (at least 2 voxels per axis, within the volume; all of it when none
-    varies)."""
+def _varying_box(rows: np.ndarray, columns: np.ndarray, margin: int) -> tuple[slice, ...]:
+    """The bounding box of the varying voxels (``_varying``'s ``rows`` and ``columns``),
+    grown by ``margin`` voxels per side (at least 2 voxels per axis, within the volume; all
+    of it when none varies)."""
     box = []
-    for axis, n in enumerate(varying.shape):
-        index = np.flatnonzero(varying.any(axis=tuple(a for a in range(3) if a != axis)))
+    for n, along in zip(rows.shape + columns.shape[1:],
+                        (rows.any(axis=1), rows.any(axis=0), columns.any(axis=0))):
+        index = np.flatnonzero(along)
         if index.size == 0:  # a constant volume
             low, high = 0, n
         else:
@@ -353,24 +362,27 @@ def _varying_box(varying: np.ndarray, margin: int) -> tuple[slice, ...]:
 _SLAB_PLANES = 16  # planes per slab of ``_slabs``: fewer, and calls cost more than they save
 
 
-def _slabs(varying: np.ndarray, margin: int) -> tuple[tuple[slice, ...], ...]:
+def _slabs(rows: np.ndarray, columns: np.ndarray, margin: int) -> tuple[tuple[slice, ...], ...]:
     """Boxes of a volume holding every voxel within ``margin`` voxels (along each axis) of
-    a ``varying`` one: slabs of ``_SLAB_PLANES`` planes along D, each cut in (H, W) to the
-    bounding box of such voxels (slabs with none are left out). A brain in its bounding
-    box fills a third of it: the slabs skip a fifth of the box."""
-    D, H, W = varying.shape
+    a varying one (``_varying``'s ``rows`` and ``columns``): slabs of ``_SLAB_PLANES``
+    planes along D, each cut in (H, W) to the bounding box of such voxels (slabs with none
+    are left out). A brain in its bounding box fills a third of it: the slabs skip a fifth
+    of the box."""
+    (D, H), W = rows.shape, columns.shape[1]
     if D < 2 * _SLAB_PLANES:
         return (_WHOLE,)
     parts = []
     for low in range(0, D, _SLAB_PLANES):
         high = min(D, low + _SLAB_PLANES)
-        near = varying[max(0, low - margin):high + margin]
-        rows, columns = np.flatnonzero(near.any(axis=(0, 2))), np.flatnonzero(near.any(axis=(0, 1)))
-        if rows.size:
+        near = slice(max(0, low - margin), high + margin)
+        row_index = np.flatnonzero(rows[near].any(axis=0))
+        column_index = np.flatnonzero(columns[near].any(axis=0))
+        if row_index.size:
             parts.append((slice(low, high),
-                          slice(max(0, int(rows[0]) - margin), min(H, int(rows[-1]) + 1 + margin)),
-                          slice(max(0, int(columns[0]) - margin),
-                                min(W, int(columns[-1]) + 1 + margin))))
+                          slice(max(0, int(row_index[0]) - margin),
+                                min(H, int(row_index[-1]) + 1 + margin)),
+                          slice(max(0, int(column_index[0]) - margin),
+                                min(W, int(column_index[-1]) + 1 + margin))))
     return tuple(parts) if parts else (_WHOLE,)
 
 
@@ -487,51 +499,91 @@ class StepBuffers:
         return array
 
 
-def _similarity_gradient(measure, moving, theta, displacement, mask, interp, buffers=None):
-    """Similarity (``measure``, built on the fixed volume) of the warped volume, and
-    warp_3d_backward's (grad_theta, grad_displacement) of the loss ``sign * similarity`` as
-    ``mask`` asks for them; volumes in ``buffers`` (``StepBuffers``) when given.
+def _regions(measure) -> list[tuple[slice, ...]]:
+    """The measure's parts (``measure.parts``) as slices of its whole volume."""
+    return [_within(measure.box, part, measure.full_shape) for part in measure.parts]
 
-    Only the measure's box is warped, part by part (``measure.parts``): theta times the
-    part's map, the displacement's part; the rest of the box reads 0, and grad_displacement
-    is 0 outside the parts."""
-    buffers = StepBuffers() if buffers is None else buffers
-    shape, dtype = measure.fixed.shape, moving.dtype
+
+def _warp_parts(measure, moving, theta, displacements, interp, buffers):
+    """The moving volume warped into the measure's box, part by part (``measure.parts``):
+    theta times the part's map, at the part's displacement (``displacements``: one per
+    part, or None); the rest of the box reads 0. Returns the box (a buffer of ``buffers``)
+    and each part's (part, map, theta)."""
     # zeros where no part writes
-    warped = buffers("warped", shape, dtype, zero=True)
+    warped = buffers("warped", measure.fixed.shape, moving.dtype, zero=True)
     pieces = []
-    for part in measure.parts:
-        region = _within(measure.box, part, measure.full_shape)
+    for i, (part, region) in enumerate(zip(measure.parts, _regions(measure))):
         part_map = _box_map(region, measure.full_shape)
         part_theta = theta if part_map is None else \
             (theta[0].astype(np.float64) @ part_map)[None].astype(theta.dtype)
-        part_displacement = None if displacement is None else \
-            displacement[(slice(None),) + region]
         size = tuple(r.stop - r.start for r in region)
-        _sample(moving, part_theta, part_displacement, size, interp, warped[part])
-        pieces.append((part, region, part_map, part_theta, part_displacement))
-    sim, grad_warped = measure(warped)
-    if measure.sign != 1:
-        grad_warped *= grad_warped.dtype.type(measure.sign)
-    grad_displacement = None
-    if displacement is not None and mask[1]:
-        # zero where no part writes (no kernel writes there)
-        grad_displacement = buffers("grad_displacement", displacement.shape, displacement.dtype,
-                                    zero=True)
+        _sample(moving, part_theta, None if displacements is None else displacements[i], size,
+                interp, warped[part])
+        pieces.append((part, part_map, part_theta))
+    return warped, pieces
+
+
+def _similarity_gradient(measure, moving, theta, displacements, mask, interp, buffers=None):
+    """Similarity (``measure``, built on the fixed volume) of the warped volume, and
+    warp_3d_backward's (grad_theta, grad_displacements) of the loss ``sign * similarity``
+    as ``mask`` asks for them; volumes in ``buffers`` (``StepBuffers``) when given.
+
+    Only the measure's box is warped, part by part (``measure.parts``): theta times the
+    part's map, at the part's displacement (``displacements``: one per part, warp_3d's, or
+    None); the rest of the box reads 0. grad_displacements has one gradient per part."""
+    buffers = StepBuffers() if buffers is None else buffers
+    warped, pieces = _warp_parts(measure, moving, theta, displacements, interp, buffers)
+    sim, grad_warped = measure(warped, measure.sign)
+    want_displacement = displacements is not None and mask[1]
+    grad_displacements = [] if want_displacement else None
     grad_theta = None
-    for part, region, part_map, part_theta, part_displacement in pieces:
-        _, part_grad, _ = warp_3d_backward(
-            grad_warped[part][None, None], moving[None, None], part_theta, part_displacement,
+    for i, (part, part_map, part_theta) in enumerate(pieces):
+        displacement = None if displacements is None else displacements[i]
+        _, part_grad, grad_displacement = warp_3d_backward(
+            grad_warped[part][None, None], moving[None, None], part_theta, displacement,
             interp, **_SAMPLING, output_mask=(False,) + mask,
-            grad_displacement_out=None if grad_displacement is None
-            else grad_displacement[(slice(None),) + region])
+            grad_displacement_out=buffers(f"grad_displacement {i}", displacement.shape,
+                                          displacement.dtype) if want_displacement else None)
+        if grad_displacements is not None:
+            grad_displacements.append(grad_displacement)
         if part_grad is not None:
             part_grad = part_grad[0].astype(np.float64)
             part_grad = part_grad if part_map is None else part_grad @ part_map.T
             grad_theta = part_grad if grad_theta is None else grad_theta + part_grad
     if grad_theta is not None:
         grad_theta = grad_theta[None].astype(theta.dtype)
-    return sim, grad_theta, grad_displacement
+    return sim, grad_theta, grad_displacements
+
+
+def _dense_parts(control: np.ndarray, regions: Sequence[tuple[slice, ...]],
+                 shape: Sequence[int], buffers: StepBuffers) -> list[np.ndarray]:
+    """The dense displacement of ``control`` (``dense_displacement`` to ``shape``) over
+    each of ``regions``, each the same bits as that part of the whole (buffers of
+    ``buffers``, (1, d, h, w, 3) each): the upsampling runs only where the warps read."""
+    parts = []
+    for i, region in enumerate(regions):
+        size = tuple(r.stop - r.start for r in region)
+        part = buffers(f"displacement {i}", (1,) + size + (3,), control.dtype)
+        _upsample_kernels.window(_layout.logical(control, "NDHWC"),
+                                 _layout.logical(part, "NDHWC"), [r.start for r in region],
+                                 shape, True, layout="NDHWC")
+        parts.append(part)
+    return parts
+
+
+def _dense_parts_adjoint(grads: Sequence[np.ndarray], regions: Sequence[tuple[slice, ...]],
+                         shape: Sequence[int], control_shape: Sequence[int],
+                         buffers: StepBuffers) -> np.ndarray:
+    """The adjoint of ``_dense_parts``: the control grid's gradient (``control_shape``) of
+    the parts' gradients, summed part after part."""
+    total = np.zeros(control_shape, grads[0].dtype)
+    scratch = buffers("control gradient", control_shape, grads[0].dtype)
+    for grad, region in zip(grads, regions):
+        _upsample_kernels.window(_layout.logical(grad, "NDHWC"),
+                                 _layout.logical(scratch, "NDHWC"), [r.start for r in region],
+                                 shape, True, backward=True, layout="NDHWC")
+        total += scratch
+    return total
 
 
 def similarity_measure(loss: str, fixed: np.ndarray, window: int = 5
@@ -636,14 +688,15 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
     dtype = control.dtype
     theta = (np.eye(3, 4, dtype=dtype)[None] if theta is None else theta).astype(dtype)
     linear = _moving_linear(theta, full_shape, dtype)
-    dense_shape = (1,) + tuple(fixed.shape) + (3,)
-    moved = dense_displacement(control @ linear.T, fixed.shape, out=None if buffers is None
-                               else buffers("displacement", dense_shape, dtype))
+    buffers = StepBuffers() if buffers is None else buffers
+    # the dense displacement only where the warps read it: the measure's parts
+    regions = _regions(measure)
+    moved = _dense_parts(np.ascontiguousarray(control @ linear.T), regions, fixed.shape,
+                         buffers)
     sim, _, grad_moved = _similarity_gradient(measure, moving, theta, moved, (False, True),
                                               interp, buffers)
-    grad = upsample_trilinear_3d_backward(grad_moved, control.shape[:1] + (3,)
-                                          + control.shape[1:4], align_corners=True,
-                                          layout="NDHWC") @ linear
+    grad = _dense_parts_adjoint(grad_moved, regions, fixed.shape, control.shape,
+                                buffers) @ linear
     spacing = [(n - 1) / (c - 1) for n, c in zip(full_shape, control.shape[1:4])]
     penalty, grad_penalty = smoothness(control, spacing)
     return (measure.sign * sim + weight * penalty, grad + dtype.type(weight) * grad_penalty,
@@ -701,6 +754,13 @@ class RegistrationResult:
     theta : ndarray, shape (1, 3, 4), float32
         warp_3d's theta of T (align_corners=True).
     fixed_shape : (int, int, int)
+    similarity : (float, float)
+        The similarity (``register``'s loss, of the full-resolution volumes) before (the
+        headers' alignment) and after.
+    moved : ndarray, shape (1, D, H, W, 3), float32, or None
+        warp_3d's displacement of d (normalised units of the moving grid), which ``warp``
+        samples at (None: made from ``control`` by each call; set it to None to release
+        its memory).
     """
 
     transform: np.ndarray
@@ -713,6 +773,8 @@ class RegistrationResult:
     moving_shape: tuple
     theta: np.ndarray
     fixed_shape: tuple
+    similarity: tuple
+    moved: np.ndarray | None
 
     @property
     def fixed_displacement(self) -> np.ndarray:
@@ -731,8 +793,8 @@ class RegistrationResult:
         if not (mode == "nearest" and volume.dtype in _dtypes.LABELS):
             volume = volume.astype(np.float32, copy=False)
         shape = self.fixed_shape
-        moved = dense_displacement(self.control @ _moving_linear(self.theta, shape,
-                                                                 self.control.dtype).T, shape)
+        moved = self.moved if self.moved is not None else dense_displacement(
+            self.control @ _moving_linear(self.theta, shape, self.control.dtype).T, shape)
         return warp_3d(interpolant(volume, mode)[None, None], self.theta, moved, shape, mode,
                        **_SAMPLING)[0, 0]
 
@@ -901,9 +963,18 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
             record("deformable", level, it, value, sim)
             if stall(value):
                 break
-        del measure, buffers
-    warped = _sample(pyramid[-1][2], theta, dense_displacement(
-        control @ _moving_linear(theta, shape, control.dtype).T, shape), shape, interp)
+    # the full resolution's measure (the last level's, made for its steps or now) scores the
+    # headers' alignment and the result
+    finest = pyramid[-1][2]
+    if measure is None:
+        measure = similarity_measure(loss, fixed, window)
+    del buffers  # the steps' parts
+    moved = dense_displacement(control @ _moving_linear(theta, shape, control.dtype).T, shape)
+    warped = _sample(finest, theta, moved, shape, interp)
+    before, _ = _warp_parts(measure, finest, frame.theta(IDENTITY_PARAMS, finest.dtype), None,
+                            interp, StepBuffers())
+    similarity = (measure.value(before), measure.value(warped))
+    del measure, before
     # d in mm: the voxels' (i, j, k) map to world axes, on the control points (linear);
     # upsampled with the axes reversed, (1, 3, W, H, D), so that its transpose (D, H, W, 3)
     # is laid out as NIfTI stores it (Fortran order): written with no transposing copy
@@ -911,7 +982,8 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     millimetres = upsample_trilinear_3d(control_mm.T[None], size=tuple(shape[::-1]),
                                         align_corners=True)[0].T
     return RegistrationResult(frame.transform(params), millimetres, warped, control, history,
-                              fixed_affine, moving_affine, moving.shape, theta, shape)
+                              fixed_affine, moving_affine, moving.shape, theta, shape,
+                              similarity, moved)
 
 
 def resample(fixed_shape: Sequence[int], fixed_affine: npt.ArrayLike, moving: np.ndarray,
@@ -943,7 +1015,7 @@ def _volume(name, volume):
     if volume.ndim != 3 or min(volume.shape) < 2:
         raise InvalidArgumentError(f"{name}: expected a 3-D volume with at least 2 voxels per "
                                    f"axis, got shape {volume.shape}")
-    return volume.astype(np.float32)
+    return volume.astype(np.float32, copy=False)  # read, never written
 
 
 def _affine(name, affine):

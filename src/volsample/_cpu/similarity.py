@@ -26,3 +26,9 @@ def local_ncc(fixed: np.ndarray, fixed_sum: np.ndarray, fixed_var: np.ndarray,
     (3, D, H, W)."""
     return _kernels.local_ncc(fixed, fixed_sum, fixed_var, warped, work, grad, radius, eps,
                               grad_scale, _config.threads_for(fixed.size))
+
+
+def varying(volume: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> None:
+    """``rows`` (D, H) and ``columns`` (D, W), uint8: whether some voxel of each row and
+    column of ``volume`` differs from a neighbour along some axis."""
+    _kernels.varying(volume, rows, columns, _config.threads_for(volume.size))

@@ -54,6 +54,22 @@ def _resample(kernel, call, src, dst, threads):
         np.copyto(dst, staged)
 
 
+def window(src: np.ndarray, dst: np.ndarray, first, full, align_corners: bool,
+           backward: bool = False, layout: str = "NCDHW") -> None:
+    """A window of an upsampling's output, the part [first, first + its size) of an
+    output of ``full`` points per axis (D, H, W), whose coordinate map it follows: the
+    forward ``src`` -> the window ``dst`` (the same bits as that part of the whole
+    output), or with ``backward`` the window's gradient ``src`` -> the input's ``dst``
+    (the adjoint). Logical (N, C, D, H, W) views of arrays in ``layout``, of one float
+    dtype, sizes derived from the sizes (no scales), ``dst`` with dense planes
+    (``dense_planes``). Registration's control grids upsample this way over the parts of
+    a volume that count."""
+    _kernels.upsample_window(operand(src), operand(dst), layout == "NDHWC", align_corners,
+                             (0.0, 0.0, 0.0), _threads(src.shape, dst.shape, None),
+                             tuple(int(v) for v in first), tuple(int(v) for v in full),
+                             backward)
+
+
 def prepare(call, src, dst, threads=None):
     """A ``_kernels.PreparedUpsample`` of the call from arrays of ``src``'s and ``dst``'s
     shapes, strides and dtypes: ``.forward(src_address, dst_address)`` runs ``forward``'s
