@@ -88,9 +88,9 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     array([[0.5, 1. ],
            [2.5, 3. ]], dtype=float32)
     """
-    key = _key((input, theta, displacement, out), _calls.typed(size), mode, padding_mode,
-               type(align_corners), align_corners, layout, displacement_units)
-    prepared = _PREPARED_FORWARDS.get(key) if key is not None else None
+    key, prepared = _prepared_call(_PREPARED_FORWARDS, (input, theta, displacement, out),
+                                   _calls.typed(size), mode, padding_mode, type(align_corners),
+                                   align_corners, layout, displacement_units)
     if prepared is not None:  # a call met before (as grid_sample_3d's)
         written, returned = (
             (_layout.logical(out := prepared.allocate(), layout), out) if out is None
@@ -117,15 +117,15 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     return returned
 
 
-def _key(arrays, *arguments):
-    """The key of a call met before (as grid_sample_3d's): its arrays' ``_calls.array_key``
-    (None for an absent one), its other arguments and the thread count; None where one is
-    not a NumPy array where an array goes (the checks then convert or name it) or cannot
-    be hashed."""
+def _prepared_call(cache, arrays, *arguments):
+    """(key, prepared call) of a call met before (as grid_sample_3d's): the key of its
+    arrays' ``_calls.array_key`` (None for an absent one), its other arguments and the
+    thread count; (None, None) where one is not a NumPy array where an array goes (the
+    checks then convert or name it) or cannot be hashed."""
     if not all(a is None or type(a) is np.ndarray for a in arrays) or arrays[0] is None:
-        return None
-    return _calls.prepared_key(*(None if a is None else _calls.array_key(a) for a in arrays),
-                               *arguments, _config.get_num_threads())
+        return None, None
+    return _calls.prepared_call(cache, *(None if a is None else _calls.array_key(a)
+                                         for a in arrays), *arguments, _config.get_num_threads())
 
 
 class _Prepared(NamedTuple):
@@ -179,10 +179,10 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     row in a fixed order, and rounded once. No grid-sized array is allocated for theta.
     Both are exactly 0 for nearest sampling.
     """
-    key = _key((grad_output, input, theta, displacement, grad_displacement_out), mode,
-               padding_mode, type(align_corners), align_corners, _calls.typed(output_mask),
-               layout, displacement_units)
-    prepared = _PREPARED_BACKWARDS.get(key) if key is not None else None
+    key, prepared = _prepared_call(
+        _PREPARED_BACKWARDS, (grad_output, input, theta, displacement, grad_displacement_out),
+        mode, padding_mode, type(align_corners), align_corners, _calls.typed(output_mask),
+        layout, displacement_units)
     if prepared is not None:  # a call met before (as warp_3d's)
         return _backward_on(prepared, grad_output, input, theta, displacement,
                             grad_displacement_out)
