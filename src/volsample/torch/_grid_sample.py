@@ -574,7 +574,7 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
         except (AttributeError, TypeError, RuntimeError):  # no tensors, no hashable mode
             key = prepared = None
         if prepared is not None and _common.eager(input, grid):
-            if torch.is_grad_enabled() and (input.requires_grad or grid.requires_grad):
+            if _grad_enabled() and (input.requires_grad or grid.requires_grad):
                 return _eager_apply(input, grid, prepared)
             return _sample(input, grid, prepared)
     else:
@@ -600,6 +600,7 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
 # and padding strings, align_corners, the thread count) -> their _PreparedForward. A call
 # of a key found here passed the checks before, so only its being eager is asked again.
 _EAGER_CALLS = _calls.prepared_calls()
+_grad_enabled = torch.is_grad_enabled  # bound once, as _common.nothing_watches's tests
 
 
 class _EagerGridSampler3d(torch.autograd.Function):
@@ -622,7 +623,7 @@ class _EagerGridSampler3d(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         modes = ctx.prepared.modes
-        if torch.is_grad_enabled() or not _common.direct((grad_output,)):
+        if _grad_enabled() or not _common.direct((grad_output,)):
             ctx.modes = modes
             return _GridSampler3d.backward(ctx, grad_output)
         input, grid = ctx.saved_tensors
