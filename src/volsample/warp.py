@@ -12,8 +12,8 @@ Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -130,10 +130,10 @@ def _prepared_call(cache, arrays, *arguments):
 
 class _Prepared(NamedTuple):
     """A call's prepared kernel (``_cpu.warp.prepare_forward`` or ``prepare_backward``), its description (``out``'s checks)
-    and its result's allocator (``_layout.allocator``)."""
+    and its results' allocators (``_layout.allocator``)."""
     kernel: _backend.PreparedWarp
     call: _calls.Warp
-    allocate: Callable[[], np.ndarray] | None  # (the forward's)
+    allocate: Any  # the forward's result's allocator; the backward's _gradient_allocators
 
 
 # Per arrays' shapes, strides and dtypes, arguments and thread count: a call that passed
@@ -192,7 +192,8 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding_mode,
                                 align_corners, units, output_mask, layout, cubic=True)
-    gradients = _gradients(call, grad_displacement_out)
+    allocators = _gradient_allocators(call)
+    gradients = _gradients(call, grad_displacement_out, allocators)
     arrays = (_layout.logical(a["grad_output"], call.layout),
               _layout.logical(a["input"], call.layout), a["theta"], a["displacement"],
               *gradients)
@@ -201,22 +202,33 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
         _backend.backward(call, *arrays)
     else:
         kernel.backward_on(*arrays)
-        _calls.remember(_PREPARED_BACKWARDS, key, _Prepared(kernel, call, None))
+        _calls.remember(_PREPARED_BACKWARDS, key, _Prepared(kernel, call, allocators))
     return _returned(call, *gradients)
 
 
-def _gradients(call, grad_displacement_out):
-    """The arrays a backward writes its gradients into (None for one not asked for):
-    grad_input a logical view."""
+def _gradient_allocators(call):
+    """The ``_layout.allocator`` of each gradient a backward asks for (grad_input's in its
+    physical layout), None for one not asked for: made once per prepared call, whose
+    repeated calls allocate with nothing worked out again."""
     want_input, want_theta, want_displacement = call.output_mask
-    grad_input = (_layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
-                  if want_input else None)
-    grad_theta = np.empty(call.theta_shape, call.coord_dtype) if want_theta else None
-    if not want_displacement:
+    return (_layout.allocator(_layout.physical_shape(call.input_shape, call.layout), call.dtype,
+                              name="grad_input") if want_input else None,
+            _layout.allocator(call.theta_shape, call.coord_dtype, name="grad_theta")
+            if want_theta else None,
+            _layout.allocator(call.grid_shape, call.coord_dtype, name="grad_displacement")
+            if want_displacement else None)
+
+
+def _gradients(call, grad_displacement_out, allocators):
+    """The arrays a backward writes its gradients into (None for one not asked for),
+    allocated by ``allocators`` (``_gradient_allocators``'s): grad_input a logical view."""
+    new_input, new_theta, new_displacement = allocators
+    grad_input = None if new_input is None else _layout.logical(new_input(), call.layout)
+    grad_theta = None if new_theta is None else new_theta()
+    if new_displacement is None:
         grad_displacement = None
     elif grad_displacement_out is None:
-        grad_displacement = _layout.aligned_empty(call.grid_shape, call.coord_dtype,
-                                                  name="grad_displacement")
+        grad_displacement = new_displacement()
     else:
         grad_displacement = _checks.out_array("grad_displacement_out", grad_displacement_out,
                                               call.grid_shape, call.coord_dtype,
@@ -232,7 +244,7 @@ def _returned(call, grad_input, grad_theta, grad_displacement):
 def _backward_on(prepared, grad_output, input, theta, displacement, grad_displacement_out):
     """A prepared backward on new arrays: no checks but ``grad_displacement_out``'s."""
     call = prepared.call
-    gradients = _gradients(call, grad_displacement_out)
+    gradients = _gradients(call, grad_displacement_out, prepared.allocate)
     prepared.kernel.backward_on(_layout.logical(grad_output, call.layout),
                                 _layout.logical(input, call.layout), theta, displacement,
                                 *gradients)
