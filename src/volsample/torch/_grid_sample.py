@@ -566,19 +566,19 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     >>> volsample.torch.grid_sample(volume, centre, align_corners=True).flatten()
     tensor([3.5000])
     """
-    if align_corners is None or type(align_corners) is bool:
+    key = None
+    # (eager first: torch.compile never traces the lookup, nor guards on the cache)
+    if (align_corners is None or type(align_corners) is bool) and _common.eager(input, grid):
         try:  # a call met before: its prepared kernel, found with no other check
             key = (input.shape, input.stride(), input.dtype, grid.shape, grid.stride(),
                    grid.dtype, mode, padding_mode, align_corners, _config.get_num_threads())
             prepared = _EAGER_CALLS.get(key)
         except (AttributeError, TypeError, RuntimeError):  # no tensors, no hashable mode
             key = prepared = None
-        if prepared is not None and _common.eager(input, grid):
+        if prepared is not None:
             if _grad_enabled() and (input.requires_grad or grid.requires_grad):
                 return _eager_apply(input, grid, prepared)
             return _sample(input, grid, prepared)
-    else:
-        key = None
     with _common.torch_errors(_common.GRID_SAMPLER):
         _common.tensor("input", input)
         _common.tensor("grid", grid)
