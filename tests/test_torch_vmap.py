@@ -291,6 +291,47 @@ def test_eager_backward_skips_the_dispatcher_only_where_nothing_watches_it():
     torch.testing.assert_close(got, expected)
 
 
+def test_calls_met_before_keep_pytorchs_checks_and_bits():
+    """A repeated eager call finds its prepared kernel by its key alone: it keeps the first
+    call's bits (forward and both gradients, the engine's expanded gradient of ``sum``),
+    autograd's in-place check of the saved operands, and a backward node called by hand
+    with a gradient of another shape or layout (``grad_fn.apply``) gets that gradient's
+    own results, not the prepared call's."""
+    x = torch.randn(1, 2, 4, 4, 4, requires_grad=True)
+    grid = (torch.rand(1, 3, 2, 2, 3) * 2 - 1).requires_grad_()
+    with torch.no_grad():
+        expected = F.grid_sample(x, grid, align_corners=True)
+    first = None
+    for _ in range(3):
+        x.grad = grid.grad = None
+        out = vt.grid_sample(x, grid, align_corners=True)
+        out.sum().backward()
+        torch.testing.assert_close(out, expected)
+        got = out.detach(), x.grad, grid.grad
+        first = first or got
+        for a, b in zip(got, first):
+            assert torch.equal(a, b)
+    out = vt.grid_sample(x, grid, align_corners=True)
+    with torch.no_grad():
+        x.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    with torch.no_grad():
+        x.sub_(1)
+    go = torch.randn(1, 2, 2, 2, 3).transpose(2, 4)  # the result's shape, other strides
+    for grad_output in (torch.ones(1, 2, 3, 2, 2), go):
+        node = vt.grid_sample(x, grid, align_corners=True).grad_fn
+        reference = _grid_sample.grid_sampler_3d_backward(grad_output, x.detach(), grid.detach(),
+                                                          0, 0, True, [True, True])
+        with torch.no_grad():  # as the engine calls it (grad mode on: the general backward)
+            got = node.apply(grad_output)
+        for a, b in zip(got, reference):
+            assert torch.equal(a, b)
+    node = vt.grid_sample(x, grid, align_corners=True).grad_fn
+    with torch.no_grad(), pytest.raises(RuntimeError, match="grad_output"):
+        node.apply(torch.ones(1, 2, 2, 3, 2))  # refused, never read past its end
+
+
 def test_eager_warp_backward_skips_the_dispatcher_only_where_nothing_watches_it():
     """As grid_sample's: warp's eager backward runs the fused CPU kernel unless a dispatch
     mode or the profiler watches, or the gradient is a lazily negated view."""

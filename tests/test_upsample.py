@@ -401,7 +401,7 @@ def test_repeated_calls_run_on_their_own_arrays(layout, dtype, monkeypatch):
 
     def unprepared(run, *args, **kwargs):
         with monkeypatch.context() as m:
-            m.setattr(_calls, "prepared_key", lambda *parts: None)  # no key: no kernel prepared
+            m.setattr(_calls, "prepared_call", lambda cache, *parts: (None, None))  # no kernel prepared
             return run(*args, **kwargs)
 
     try:

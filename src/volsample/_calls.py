@@ -75,20 +75,20 @@ def prepared_calls() -> dict:
 _PREPARED_CALLS: list[dict] = []
 
 
-def prepared_key(*parts):
-    """The key of a prepared call: ``parts`` (arrays' shapes, strides and dtypes, the other
-    arguments ``typed`` where a type tells calls apart, the thread count) as a tuple; None
-    where one cannot be hashed (an argument of a wrong type: the checks then name it)."""
+def prepared_call(cache: dict, *parts):
+    """(key, the prepared call of that key in ``cache`` or None): the key is ``parts``
+    (arrays' shapes, strides and dtypes, the other arguments ``typed`` where a type tells
+    calls apart, the thread count) as a tuple, hashed once by the lookup; None where one
+    cannot be hashed (an argument of a wrong type: the checks then name it)."""
     try:
-        hash(parts)
+        return parts, cache.get(parts)
     except TypeError:
-        return None
-    return parts
+        return None, None
 
 
 def array_key(a: np.ndarray) -> tuple:
     """What a prepared call depends on of an array: its shape, strides and dtype (the
-    parts of ``prepared_key``)."""
+    parts of ``prepared_call``'s key)."""
     return a.shape, a.strides, a.dtype
 
 

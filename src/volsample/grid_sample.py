@@ -66,10 +66,9 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     """
     key = None
     if type(input) is np.ndarray and type(grid) is np.ndarray:  # a call met before?
-        key = _calls.prepared_key(*_calls.array_key(input), *_calls.array_key(grid), mode,
-                                  padding_mode, type(align_corners), align_corners, layout,
-                                  _config.get_num_threads())
-        prepared = _PREPARED_FORWARDS.get(key)
+        key, prepared = _calls.prepared_call(
+            _PREPARED_FORWARDS, *_calls.array_key(input), *_calls.array_key(grid), mode,
+            padding_mode, type(align_corners), align_corners, layout, _config.get_num_threads())
         if prepared is not None:
             out = prepared.allocate()
             prepared.kernel.forward_on(input, grid, out)
@@ -135,12 +134,10 @@ def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np
     key = None
     if (type(grad_output) is np.ndarray and type(input) is np.ndarray
             and type(grid) is np.ndarray):  # a call met before? (as grid_sample_3d's)
-        key = _calls.prepared_key(*_calls.array_key(grad_output), *_calls.array_key(input),
-                                  *_calls.array_key(grid), mode, padding_mode,
-                                  type(align_corners), align_corners, _calls.typed(output_mask),
-                                  layout,
-                                  _config.get_num_threads())
-        prepared = _PREPARED_BACKWARDS.get(key)
+        key, prepared = _calls.prepared_call(
+            _PREPARED_BACKWARDS, *_calls.array_key(grad_output), *_calls.array_key(input),
+            *_calls.array_key(grid), mode, padding_mode, type(align_corners), align_corners,
+            _calls.typed(output_mask), layout, _config.get_num_threads())
         if prepared is not None:
             grad_input = None if prepared.grad_input is None else prepared.grad_input()
             grad_grid = None if prepared.grad_grid is None else prepared.grad_grid()

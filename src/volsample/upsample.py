@@ -109,10 +109,10 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
     """
     key = None
     if type(input) is np.ndarray:  # a call met before? (as grid_sample_3d's)
-        key = _calls.prepared_key(*_calls.array_key(input), _calls.typed(size),
-                                  _calls.typed(scale_factor), type(align_corners),
-                                  align_corners, layout, _config.get_num_threads())
-        prepared = _PREPARED_FORWARDS.get(key)
+        key, prepared = _calls.prepared_call(
+            _PREPARED_FORWARDS, *_calls.array_key(input), _calls.typed(size),
+            _calls.typed(scale_factor), type(align_corners), align_corners, layout,
+            _config.get_num_threads())
         if prepared is not None:
             out = prepared.allocate() if out is None else _layout.result(prepared.call, out)[1]
             prepared.kernel.forward_on(input, out)
@@ -196,10 +196,10 @@ def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence
     """
     key = None
     if type(grad_output) is np.ndarray:  # a call met before? (as grid_sample_3d's)
-        key = _calls.prepared_key(*_calls.array_key(grad_output),
-                                  _calls.typed(input_size), type(align_corners), align_corners,
-                                  _calls.typed(scales), layout, _config.get_num_threads())
-        prepared = _PREPARED_BACKWARDS.get(key)
+        key, prepared = _calls.prepared_call(
+            _PREPARED_BACKWARDS, *_calls.array_key(grad_output), _calls.typed(input_size),
+            type(align_corners), align_corners, _calls.typed(scales), layout,
+            _config.get_num_threads())
         if prepared is not None:
             grad_input = prepared.allocate()
             prepared.kernel.backward_on(grad_output, grad_input)

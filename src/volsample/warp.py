@@ -12,8 +12,8 @@ Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -88,9 +88,9 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     array([[0.5, 1. ],
            [2.5, 3. ]], dtype=float32)
     """
-    key = _key((input, theta, displacement, out), _calls.typed(size), mode, padding_mode,
-               type(align_corners), align_corners, layout, displacement_units)
-    prepared = _PREPARED_FORWARDS.get(key) if key is not None else None
+    key, prepared = _prepared_call(_PREPARED_FORWARDS, (input, theta, displacement, out),
+                                   _calls.typed(size), mode, padding_mode, type(align_corners),
+                                   align_corners, layout, displacement_units)
     if prepared is not None:  # a call met before (as grid_sample_3d's)
         written, returned = (
             (_layout.logical(out := prepared.allocate(), layout), out) if out is None
@@ -117,23 +117,23 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     return returned
 
 
-def _key(arrays, *arguments):
-    """The key of a call met before (as grid_sample_3d's): its arrays' ``_calls.array_key``
-    (None for an absent one), its other arguments and the thread count; None where one is
-    not a NumPy array where an array goes (the checks then convert or name it) or cannot
-    be hashed."""
+def _prepared_call(cache, arrays, *arguments):
+    """(key, prepared call) of a call met before (as grid_sample_3d's): the key of its
+    arrays' ``_calls.array_key`` (None for an absent one), its other arguments and the
+    thread count; (None, None) where one is not a NumPy array where an array goes (the
+    checks then convert or name it) or cannot be hashed."""
     if not all(a is None or type(a) is np.ndarray for a in arrays) or arrays[0] is None:
-        return None
-    return _calls.prepared_key(*(None if a is None else _calls.array_key(a) for a in arrays),
-                               *arguments, _config.get_num_threads())
+        return None, None
+    return _calls.prepared_call(cache, *(None if a is None else _calls.array_key(a)
+                                         for a in arrays), *arguments, _config.get_num_threads())
 
 
 class _Prepared(NamedTuple):
     """A call's prepared kernel (``_cpu.warp.prepare_forward`` or ``prepare_backward``), its description (``out``'s checks)
-    and its result's allocator (``_layout.allocator``)."""
+    and its results' allocators (``_layout.allocator``)."""
     kernel: _backend.PreparedWarp
     call: _calls.Warp
-    allocate: Callable[[], np.ndarray] | None  # (the forward's)
+    allocate: Any  # the forward's result's allocator; the backward's _gradient_allocators
 
 
 # Per arrays' shapes, strides and dtypes, arguments and thread count: a call that passed
@@ -179,10 +179,10 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     row in a fixed order, and rounded once. No grid-sized array is allocated for theta.
     Both are exactly 0 for nearest sampling.
     """
-    key = _key((grad_output, input, theta, displacement, grad_displacement_out), mode,
-               padding_mode, type(align_corners), align_corners, _calls.typed(output_mask),
-               layout, displacement_units)
-    prepared = _PREPARED_BACKWARDS.get(key) if key is not None else None
+    key, prepared = _prepared_call(
+        _PREPARED_BACKWARDS, (grad_output, input, theta, displacement, grad_displacement_out),
+        mode, padding_mode, type(align_corners), align_corners, _calls.typed(output_mask),
+        layout, displacement_units)
     if prepared is not None:  # a call met before (as warp_3d's)
         return _backward_on(prepared, grad_output, input, theta, displacement,
                             grad_displacement_out)
@@ -192,7 +192,8 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding_mode,
                                 align_corners, units, output_mask, layout, cubic=True)
-    gradients = _gradients(call, grad_displacement_out)
+    allocators = _gradient_allocators(call)
+    gradients = _gradients(call, grad_displacement_out, allocators)
     arrays = (_layout.logical(a["grad_output"], call.layout),
               _layout.logical(a["input"], call.layout), a["theta"], a["displacement"],
               *gradients)
@@ -201,22 +202,33 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
         _backend.backward(call, *arrays)
     else:
         kernel.backward_on(*arrays)
-        _calls.remember(_PREPARED_BACKWARDS, key, _Prepared(kernel, call, None))
+        _calls.remember(_PREPARED_BACKWARDS, key, _Prepared(kernel, call, allocators))
     return _returned(call, *gradients)
 
 
-def _gradients(call, grad_displacement_out):
-    """The arrays a backward writes its gradients into (None for one not asked for):
-    grad_input a logical view."""
+def _gradient_allocators(call):
+    """The ``_layout.allocator`` of each gradient a backward asks for (grad_input's in its
+    physical layout), None for one not asked for: made once per prepared call, whose
+    repeated calls allocate with nothing worked out again."""
     want_input, want_theta, want_displacement = call.output_mask
-    grad_input = (_layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
-                  if want_input else None)
-    grad_theta = np.empty(call.theta_shape, call.coord_dtype) if want_theta else None
-    if not want_displacement:
+    return (_layout.allocator(_layout.physical_shape(call.input_shape, call.layout), call.dtype,
+                              name="grad_input") if want_input else None,
+            _layout.allocator(call.theta_shape, call.coord_dtype, name="grad_theta")
+            if want_theta else None,
+            _layout.allocator(call.grid_shape, call.coord_dtype, name="grad_displacement")
+            if want_displacement else None)
+
+
+def _gradients(call, grad_displacement_out, allocators):
+    """The arrays a backward writes its gradients into (None for one not asked for),
+    allocated by ``allocators`` (``_gradient_allocators``'s): grad_input a logical view."""
+    new_input, new_theta, new_displacement = allocators
+    grad_input = None if new_input is None else _layout.logical(new_input(), call.layout)
+    grad_theta = None if new_theta is None else new_theta()
+    if new_displacement is None:
         grad_displacement = None
     elif grad_displacement_out is None:
-        grad_displacement = _layout.aligned_empty(call.grid_shape, call.coord_dtype,
-                                                  name="grad_displacement")
+        grad_displacement = new_displacement()
     else:
         grad_displacement = _checks.out_array("grad_displacement_out", grad_displacement_out,
                                               call.grid_shape, call.coord_dtype,
@@ -232,7 +244,7 @@ def _returned(call, grad_input, grad_theta, grad_displacement):
 def _backward_on(prepared, grad_output, input, theta, displacement, grad_displacement_out):
     """A prepared backward on new arrays: no checks but ``grad_displacement_out``'s."""
     call = prepared.call
-    gradients = _gradients(call, grad_displacement_out)
+    gradients = _gradients(call, grad_displacement_out, prepared.allocate)
     prepared.kernel.backward_on(_layout.logical(grad_output, call.layout),
                                 _layout.logical(input, call.layout), theta, displacement,
                                 *gradients)

@@ -135,9 +135,8 @@ def aclnnGridSampler3DBackwardGetWorkspaceSize(
     An empty gradOutput, input or grid needs no workspace: phase two fills the requested
     gradients with zeros without running a kernel.
     """
-    key = rt.plan_key(gradOutput, input, grid, interpolationMode, paddingMode, alignCorners,
-                      outputMask, inputGrad, gridGrad)
-    plan = _PLANS.get(key)
+    key, plan = rt.plan(_PLANS, gradOutput, input, grid, interpolationMode, paddingMode,
+                        alignCorners, outputMask, inputGrad, gridGrad)
     if plan is None:
         tensors = {"gradOutput": gradOutput, "input": input, "grid": grid,
                    "inputGrad": inputGrad, "gridGrad": gridGrad}
@@ -178,7 +177,7 @@ class _Plan(NamedTuple):
     kernel: Any
 
 
-_PLANS = _calls.prepared_calls()  # rt.plan_key -> _Plan
+_PLANS = _calls.prepared_calls()  # rt.plan's key -> _Plan
 
 
 def _operands(call, gradOutput, input, grid, inputGrad, gridGrad) -> tuple:

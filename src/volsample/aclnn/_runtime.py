@@ -448,13 +448,14 @@ def status_of(error: VolsampleError) -> int:
 # A phase one whose arguments' kinds, formats, shapes, strides, dtypes, writability and
 # values (and the thread count) are those of a call that passed before passes the same
 # checks and makes the same plan: each operator keeps its plans (``_calls.prepared_calls``)
-# by ``plan_key`` and hands the new call's memory to the plan's prepared kernel.
+# by ``plan``'s key and hands the new call's memory to the plan's prepared kernel.
 
 
-def plan_key(*arguments):
-    """The key of a phase one's arguments and the thread count; None where one cannot be
-    a key (a wrong kind of argument: the checks then say so)."""
-    return _calls.prepared_key(*map(_argument_key, arguments), _config.get_num_threads())
+def plan(plans: dict, *arguments):
+    """(key, plan in ``plans`` or None) of a phase one's arguments and the thread count;
+    the key None where one cannot be a key (a wrong kind of argument: the checks then say
+    so)."""
+    return _calls.prepared_call(plans, *map(_argument_key, arguments), _config.get_num_threads())
 
 
 def _argument_key(value):

@@ -136,9 +136,8 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(
     A zero N or C needs no workspace and no work. Unlike the NPU, sizes above 2^20 per
     dimension or 60 GB in all are accepted.
     """
-    key = rt.plan_key(gradOut, outputSize, inputSize, alignCorners, scalesD, scalesH, scalesW,
-                      gradInput)
-    plan = _PLANS.get(key)
+    key, plan = rt.plan(_PLANS, gradOut, outputSize, inputSize, alignCorners, scalesD, scalesH,
+                        scalesW, gradInput)
     if plan is None:
         scales = (scalesD, scalesH, scalesW)
         _check(gradOut, outputSize, inputSize, alignCorners, scales, gradInput)
@@ -169,7 +168,7 @@ class _Plan(NamedTuple):
     kernel: Any
 
 
-_PLANS = _calls.prepared_calls()  # rt.plan_key -> _Plan
+_PLANS = _calls.prepared_calls()  # rt.plan's key -> _Plan
 
 
 def aclnnUpsampleTrilinear3dBackward(workspace: np.ndarray | None, workspaceSize: int,

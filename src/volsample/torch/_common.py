@@ -488,16 +488,10 @@ def below_autograd(op, *args):
 
 
 def direct(args) -> bool:
-    """Whether a call may skip the dispatcher: no dispatch or function mode (FakeTensor,
-    tracing, opcheck, ``torch.device`` contexts), no torch.func transform, no profiler
-    (which records ops at the dispatcher), no ``torch.jit.trace`` (whose tracer is a
-    dispatch key: skipped, it would record the kernel's allocations, not the op), and every
-    tensor a plain strided CPU tensor
-    without a lazy negation or zero-tensor flag (the dispatcher resolves those first)."""
-    if (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
-            or torch._C._are_functorch_transforms_active()
-            or torch.autograd.profiler._is_profiler_enabled
-            or torch._C._get_tracing_state() is not None):
+    """Whether a call may skip the dispatcher: ``nothing_watches`` and every tensor a plain
+    strided CPU tensor without a lazy negation or zero-tensor flag (the dispatcher
+    resolves those first)."""
+    if not nothing_watches():
         return False
     for a in args:  # a loop, not all(...): a generator costs more than these tests
         if isinstance(a, torch.Tensor) and (
@@ -507,15 +501,31 @@ def direct(args) -> bool:
     return True
 
 
+def nothing_watches() -> bool:
+    """No dispatch or function mode (FakeTensor, tracing, opcheck, ``torch.device``
+    contexts), no torch.func transform, no profiler (which records ops at the dispatcher),
+    no ``torch.jit.trace`` (whose tracer is a dispatch key: skipped, it would record the
+    kernel's allocations, not the op). (The tests' functions are bound here once: between
+    the engine's work a lookup in torch's large module dictionaries costs more than the
+    test.)"""
+    return not (_dispatch_modes() or _function_modes() or _transforms_active()
+                or _profiler._is_profiler_enabled or _tracing_state() is not None)
+
+
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_transforms_active = torch._C._are_functorch_transforms_active
+_tracing_state = torch._C._get_tracing_state
+_profiler = torch.autograd.profiler
 _is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_is_compiling = torch.compiler.is_compiling
 
 
 def eager(*tensors: torch.Tensor) -> bool:
     """Whether a door's call on ``tensors`` may go straight to the op's CPU kernel, or to
     its Function's C++ apply whose forward runs that kernel: nothing compiles or traces
     it, no forward-AD level, and ``direct``."""
-    return (not torch.compiler.is_compiling() and _forward_ad._current_level < 0
-            and direct(tensors))
+    return not _is_compiling() and _forward_ad._current_level < 0 and direct(tensors)
 
 
 def cpu_kernel(op):

@@ -69,37 +69,47 @@ def _returned(gradients, input, grid):
 class _PreparedForward(NamedTuple):
     kernel: Any  # _kernels.PreparedGridSample; None: nothing to compute
     out: Any     # the result's _common.allocator
+    modes: tuple  # (interpolation_mode, padding_mode, align_corners): the kernel's integers
+    backwards: dict  # (grad_output's shape, strides and dtype, needs_input_grad) ->
+    #                  _PreparedBackward: the eager backward's calls of this forward
 
 
 @_common.custom_op("grid_sampler_3d", _FORWARD_SCHEMA)
 def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
     """``aten::grid_sampler_3d`` semantics: ``input`` (N, C, D, H, W) sampled at ``grid``
     (N, Do, Ho, Wo, 3), giving (N, C, Do, Ho, Wo) in the input's dtype and memory format."""
-    modes = interpolation_mode, padding_mode, align_corners
-    key = (*_common.tensor_key(input), *_common.tensor_key(grid), *modes,
-           _config.get_num_threads())
-    prepared = _PREPARED_FORWARDS.get(key)
-    if prepared is None:
-        prepared, out = _prepare_forward(key, input, grid, *modes)
-    else:
+    return _sample(input, grid, *_prepared_forward(input, grid, interpolation_mode,
+                                                   padding_mode, align_corners))
+
+
+def _sample(input, grid, prepared: _PreparedForward, out=None) -> torch.Tensor:
+    """A CPU call of ``prepared``'s key on ``input`` and ``grid``, into ``out`` if given
+    (the result it was prepared on), else a new result."""
+    if out is None:
         out = prepared.out()
     if prepared.kernel is not None:
         prepared.kernel.forward(input.const_data_ptr(), grid.const_data_ptr(), out.data_ptr())
     return out
 
 
-_PREPARED_FORWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, threads -> _PreparedForward
-
-
-def _prepare_forward(key, input, grid, *modes) -> tuple[_PreparedForward, torch.Tensor]:
-    """The first CPU call of ``key``: checked, described and prepared on views of its
-    tensors and of its result (allocated here, which the prepared kernel then fills)."""
+def _prepared_forward(input, grid, *modes) -> tuple[_PreparedForward, torch.Tensor | None]:
+    """The prepared kernel of a CPU call: the one of its key, or, the first time, one
+    checked, described and prepared on views of its tensors and of its result, which comes
+    with it then (None after: no second allocation)."""
+    key = (*_common.tensor_key(input), *_common.tensor_key(grid), *modes,
+           _config.get_num_threads())
+    prepared = _PREPARED_FORWARDS.get(key)
+    if prepared is not None:
+        return prepared, None
     call = _describe(input, grid, *modes)
     out = _common.empty_volume(call.output_shape, input)
     kernel = _cpu.prepare_forward(call, _common.read_only_array(input),
                                   _common.read_only_array(grid), _common.writable_array(out))
     return _calls.remember(_PREPARED_FORWARDS, key,
-                           _PreparedForward(kernel, _common.allocator(out))), out
+                           _PreparedForward(kernel, _common.allocator(out), modes, {})), out
+
+
+_PREPARED_FORWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, threads -> _PreparedForward
 
 
 @_common.register_kernel(grid_sampler_3d, "cuda")
@@ -136,15 +146,17 @@ def _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_
     """``grid_sampler_3d_backward``'s CPU work: (grad_input, grad_grid), None where not
     asked for."""
     modes = interpolation_mode, padding_mode, align_corners
-    key = (*_common.tensor_key(grad_output), *_common.tensor_key(input),
-           *_common.tensor_key(grid), *modes, *output_mask, _config.get_num_threads())
-    prepared = _PREPARED_BACKWARDS.get(key)
-    if prepared is None:
-        prepared, (grad_input, grad_grid) = _prepare_backward(key, grad_output, input, grid,
-                                                              *modes, output_mask)
-    else:
-        grad_input = None if prepared.grad_input is None else prepared.grad_input()
-        grad_grid = None if prepared.grad_grid is None else prepared.grad_grid()
+    return _run_backward(*_prepared_backward(grad_output, input, grid, modes, output_mask),
+                         grad_output, input, grid, modes, output_mask)
+
+
+def _run_backward(prepared, gradients, grad_output, input, grid, modes, output_mask):
+    """A CPU backward of ``prepared``'s key into ``gradients`` if given (those it was
+    prepared on), else new ones: (grad_input, grad_grid), None where not asked for."""
+    if gradients is None:
+        gradients = (None if prepared.grad_input is None else prepared.grad_input(),
+                     None if prepared.grad_grid is None else prepared.grad_grid())
+    grad_input, grad_grid = gradients
     if prepared.kernel is None:
         call = _describe_backward(grad_output, input, grid, *modes, output_mask)
         _cpu.backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
@@ -156,19 +168,24 @@ def _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_
     return grad_input, grad_grid
 
 
-_PREPARED_BACKWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, mask, threads -> _PreparedBackward
-
-
-def _prepare_backward(key, grad_output, input, grid, *modes_and_mask):
-    """The first CPU call of ``key``, as ``_prepare_forward``: its ``_PreparedBackward``
-    and its (grad_input, grad_grid) (None where not asked for)."""
-    call = _describe_backward(grad_output, input, grid, *modes_and_mask)
+def _prepared_backward(grad_output, input, grid, modes, output_mask):
+    """The prepared kernel of a CPU backward and, the first time, the gradients it was
+    prepared on (``_prepared_forward``'s)."""
+    key = (*_common.tensor_key(grad_output), *_common.tensor_key(input),
+           *_common.tensor_key(grid), *modes, *output_mask, _config.get_num_threads())
+    prepared = _PREPARED_BACKWARDS.get(key)
+    if prepared is not None:
+        return prepared, None
+    call = _describe_backward(grad_output, input, grid, *modes, output_mask)
     gradients = _gradients(call, input, grid)
     kernel = _cpu.prepare_backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
                                    *map(_common.writable_array, gradients))
     allocators = (None if t is None else _common.allocator(t) for t in gradients)
     prepared = _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *allocators))
     return prepared, gradients
+
+
+_PREPARED_BACKWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, mask, threads -> _PreparedBackward
 
 
 def _address(t: torch.Tensor | None) -> int:
@@ -347,7 +364,7 @@ def _forward(input, grid, *modes):
 
 def _backward_op(grad_output, input, grid, *modes_and_mask):
     if not torch.is_grad_enabled() and _common.eager(grad_output, input, grid):
-        return _cpu_backward(grad_output, input, grid, *modes_and_mask)  # a plain backward
+        return grid_sampler_3d_backward(grad_output, input, grid, *modes_and_mask)  # a plain backward
     return _common.call(_GridSampler3dBackward, grid_sampler_3d_backward, grad_output, input,
                         grid, *modes_and_mask)
 
@@ -549,53 +566,80 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     >>> volsample.torch.grid_sample(volume, centre, align_corners=True).flatten()
     tensor([3.5000])
     """
-    modes = (_CHECKED_MODES.get((mode, padding_mode, align_corners)) if type(mode) is str
-             and type(padding_mode) is str and type(align_corners) is bool else None)
-    if modes is None or not (isinstance(input, torch.Tensor) and isinstance(grid, torch.Tensor)
-                             and input.dim() == 5 and grid.dim() == 5):
-        with _common.torch_errors(_common.GRID_SAMPLER):
-            _common.tensor("input", input)
-            _common.tensor("grid", grid)
-            modes = (MODES.code(mode), PADDINGS.code(padding_mode),
-                     _common.align_corners(align_corners))
-        if type(mode) is str and type(padding_mode) is str and type(align_corners) is bool:
-            _CHECKED_MODES[mode, padding_mode, align_corners] = modes
-    if _common.eager(input, grid):  # the shortest way: what _forward would pick, unchecked
-        if torch.is_grad_enabled() and (input.requires_grad or grid.requires_grad):
-            return _eager_apply(input, grid, *modes)
-        return _cpu_forward(input, grid, *modes)
-    return _forward(input, grid, *modes)
+    key = None
+    # (eager first: torch.compile never traces the lookup, nor guards on the cache)
+    if (align_corners is None or type(align_corners) is bool) and _common.eager(input, grid):
+        try:  # a call met before: its prepared kernel, found with no other check
+            key = (input.shape, input.stride(), input.dtype, grid.shape, grid.stride(),
+                   grid.dtype, mode, padding_mode, align_corners, _config.get_num_threads())
+            prepared = _EAGER_CALLS.get(key)
+        except (AttributeError, TypeError, RuntimeError):  # no tensors, no hashable mode
+            key = prepared = None
+        if prepared is not None:
+            if _grad_enabled() and (input.requires_grad or grid.requires_grad):
+                return _eager_apply(input, grid, prepared)
+            return _sample(input, grid, prepared)
+    with _common.torch_errors(_common.GRID_SAMPLER):
+        _common.tensor("input", input)
+        _common.tensor("grid", grid)
+        modes = (MODES.code(mode), PADDINGS.code(padding_mode),
+                 _common.align_corners(align_corners))
+    if not _common.eager(input, grid):
+        return _forward(input, grid, *modes)
+    prepared, out = _prepared_forward(input, grid, *modes)
+    if prepared.kernel is None:  # nothing to compute: the general path
+        return _forward(input, grid, *modes)
+    if key is not None:
+        _calls.remember(_EAGER_CALLS, key, prepared)
+    if torch.is_grad_enabled() and (input.requires_grad or grid.requires_grad):
+        return _eager_apply(input, grid, prepared)
+    return _sample(input, grid, prepared, out)
 
 
-# The kernel integers of (mode, padding_mode, align_corners) strings and bools met before
-# (a handful), so that a repeated call checks only its tensors' kinds and ranks.
-_CHECKED_MODES: dict = {}
-_cpu_forward = _common.cpu_kernel(grid_sampler_3d)
-_cpu_backward = _common.cpu_kernel(grid_sampler_3d_backward)
+# grid_sample's eager calls met before: (each tensor's shape, strides and dtype, the mode
+# and padding strings, align_corners, the thread count) -> their _PreparedForward. A call
+# of a key found here passed the checks before, so only its being eager is asked again.
+_EAGER_CALLS = _calls.prepared_calls()
+_grad_enabled = torch.is_grad_enabled  # bound once, as _common.nothing_watches's tests
 
 
-class _EagerGridSampler3d(_GridSampler3d):
-    """_GridSampler3d for ``grid_sample``'s eager calls on plain CPU tensors: its forward
-    runs the CPU kernel without asking again; it saves nothing for forward mode (an eager
-    call has no forward-AD level and no transform); its backward runs the CPU kernel
-    when the gradient is a plain CPU tensor too and nothing watches (``_common.direct``;
-    the operands were checked by the forward), else ``_GridSampler3d``'s."""
-
-    forward = staticmethod(_cpu_forward)  # (input, grid, interpolation_mode, padding_mode,
-    #                                        align_corners), one Python frame fewer
+class _EagerGridSampler3d(torch.autograd.Function):
+    """``grid_sample``'s Function for eager calls on plain CPU tensors, handed the call's
+    ``_PreparedForward``: its forward runs that kernel; it saves nothing for forward mode
+    (an eager call has no forward-AD level and no transform); its backward runs the
+    prepared backward kernel when the gradient is a plain CPU tensor too and nothing
+    watches (``_common.direct``; the operands were checked by the forward), else
+    ``_GridSampler3d``'s. The old-style ``forward(ctx, ...)`` is one Python call, where
+    ``setup_context`` would be a second."""
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0], inputs[1])
-        ctx.modes = inputs[2:]
+    def forward(ctx, input, grid, prepared):
+        ctx.save_for_backward(input, grid)
+        ctx.prepared = prepared
+        out = prepared.out()
+        prepared.kernel.forward(input.const_data_ptr(), grid.const_data_ptr(), out.data_ptr())
+        return out
 
     @staticmethod
     def backward(ctx, grad_output):
-        if torch.is_grad_enabled() or not _common.direct((grad_output,)):
+        modes = ctx.prepared.modes
+        if _grad_enabled() or not _common.direct((grad_output,)):
+            ctx.modes = modes
             return _GridSampler3d.backward(ctx, grad_output)
         input, grid = ctx.saved_tensors
-        return *_backward(grad_output, input, grid, *ctx.modes, ctx.needs_input_grad[:2]), \
-            None, None, None
+        # (grad_output's shape and dtype are the result's when the engine calls, but
+        # ``grad_fn.apply`` may be handed anything)
+        key = grad_output.shape, grad_output.stride(), grad_output.dtype, ctx.needs_input_grad
+        prepared = ctx.prepared.backwards.get(key)
+        gradients = None
+        mask = key[3][:2]
+        if prepared is None:
+            prepared, gradients = _prepared_backward(grad_output, input, grid, modes, mask)
+            _calls.remember(ctx.prepared.backwards, key, prepared)
+        return *_run_backward(prepared, gradients, grad_output, input, grid, modes, mask), None
 
 
+# The engine calls a backward node's ``apply``, whose default finds the user's backward in
+# two more Python calls: this node's is that backward itself.
+_EagerGridSampler3d._backward_cls.apply = _EagerGridSampler3d.backward
 _eager_apply = _common.c_apply(_EagerGridSampler3d)
