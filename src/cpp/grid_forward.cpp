@@ -38,7 +38,7 @@ struct Trilinear {
   V weight[8];
   mask_of<V> inside[8];
 
-  // Made in place (the samplers are reused block after block, and a copy would re-read
+  // Made in place (a row's samplers are reused row after row, and a copy would re-read
   // the reader's fields in wide loads that wait for their narrow stores to retire).
   void prepare(const RowCoords<scalar_of<V>>& r, int64_t w, const Geometry& g,
                const GridSampleArgs& a, const int64_t* stride) {

@@ -362,9 +362,12 @@ def _forward(input, grid, *modes):
     return _common.call(_GridSampler3d, grid_sampler_3d, input, grid, *modes)
 
 
+_cpu_backward = _common.cpu_kernel(grid_sampler_3d_backward)
+
+
 def _backward_op(grad_output, input, grid, *modes_and_mask):
     if not torch.is_grad_enabled() and _common.eager(grad_output, input, grid):
-        return grid_sampler_3d_backward(grad_output, input, grid, *modes_and_mask)  # a plain backward
+        return _cpu_backward(grad_output, input, grid, *modes_and_mask)  # a plain backward
     return _common.call(_GridSampler3dBackward, grid_sampler_3d_backward, grad_output, input,
                         grid, *modes_and_mask)
 
@@ -616,9 +619,7 @@ class _EagerGridSampler3d(torch.autograd.Function):
     def forward(ctx, input, grid, prepared):
         ctx.save_for_backward(input, grid)
         ctx.prepared = prepared
-        out = prepared.out()
-        prepared.kernel.forward(input.const_data_ptr(), grid.const_data_ptr(), out.data_ptr())
-        return out
+        return _sample(input, grid, prepared)
 
     @staticmethod
     def backward(ctx, grad_output):
