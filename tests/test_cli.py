@@ -157,6 +157,21 @@ def test_affiners_peer_computes_what_volsample_does():
     np.testing.assert_allclose(theirs[inner], ours[0, 0][inner], rtol=1e-4, atol=1e-4)
 
 
+def test_registration_step_variants_and_losses_give_the_same_gradients():
+    # the step the warp's memory and time figures measure: the three variants, each loss
+    pytest.importorskip("torch")
+    operands = bench.step_operands(1, 1, (6, 7, 8))
+    reference = bench.registration_step("pytorch", *operands, loss="square")
+    for variant in ("volsample", "volsample-grid", "pytorch"):
+        for loss in ("mse_loss", "square"):
+            grads = bench.registration_step(variant, *operands, loss=loss)
+            for ours, theirs in zip(grads, reference):
+                assert float(theirs.abs().max()) > 1e-4
+                np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="loss must be"):
+        bench.registration_step("volsample", *operands, loss="l1")
+
+
 def test_volresample_peer_is_the_align_corners_false_grid_sample():
     volresample = pytest.importorskip("volresample")
     import volsample
@@ -172,7 +187,7 @@ def test_time_calls_interleaves_rounds_until_each_has_its_repeats():
     calls = []
     timed = bench.time_calls({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
                              min_repeats=3, min_seconds=0.0)
-    assert calls == ["a", "b"] * 4  # the first calls, then three rounds
+    assert calls == list("ab" "ab" "ba" "ab")  # the first calls, then three rounds
     assert [timed[name][2] for name in "ab"] == [3, 3]
     slow_apart = bench.time_calls({"a": lambda: calls.append("a"), "b": lambda: None},
                                   min_repeats=2, min_seconds=0.0, max_seconds=0.0)
@@ -240,6 +255,14 @@ def test_time_rounds_batches_fast_calls_into_samples():
     bench.time_rounds({"a": lambda: calls.append(1)}, min_repeats=3, min_seconds=0.0,
                       max_repeats=3)
     assert len(calls) == 4
+
+
+def test_time_rounds_starts_each_round_one_further_along():
+    calls = []
+    bench.time_rounds({name: (lambda n=name: calls.append(n)) for name in "abc"},
+                      min_repeats=4, min_seconds=0.0, max_repeats=4)
+    assert calls[:3] == list("abc")  # the first calls, in order
+    assert calls[3:] == list("abc" "bca" "cab" "abc")
 
 
 def test_run_reports_the_spread_of_the_per_round_ratios():

@@ -479,10 +479,12 @@ def _warp_workload(name, N, C, spatial, quick=False):
     return Workload(name, build, 2 * volume_bytes, quick)
 
 
-def registration_step(variant, x, theta, displacement, target):
+def registration_step(variant, x, theta, displacement, target, loss="mse_loss"):
     """One registration step of ``variant``: I(A x + u(x)) with ``vt.warp`` ("volsample"),
     or ``F.affine_grid(theta) + u`` then ``vt.grid_sample`` ("volsample-grid") or
-    ``F.grid_sample`` ("pytorch"); the MSE to ``target``; its gradients for theta and u."""
+    ``F.grid_sample`` ("pytorch"); the MSE to ``target``, ``F.mse_loss`` ("mse_loss") or
+    written out as ``((w - target) ** 2).mean()`` ("square": its autograd holds five
+    image-sized tensors at once); its gradients for theta and u."""
     import torch
     import torch.nn.functional as F
 
@@ -495,8 +497,13 @@ def registration_step(variant, x, theta, displacement, target):
         sample = vt.grid_sample if variant == "volsample-grid" else F.grid_sample
         return sample(x, grid, align_corners=False)
 
-    loss = ((warped() - target) ** 2).mean()
-    return torch.autograd.grad(loss, (theta, displacement))
+    if loss == "mse_loss":
+        value = F.mse_loss(warped(), target)
+    elif loss == "square":
+        value = ((warped() - target) ** 2).mean()
+    else:
+        raise ValueError(f"loss must be 'mse_loss' or 'square', got {loss!r}")
+    return torch.autograd.grad(value, (theta, displacement))
 
 
 def step_operands(N, C, spatial, seed=0):
@@ -530,7 +537,7 @@ import torch
 import volsample
 from volsample.bench import registration_step, step_operands
 
-variant, N, C, spatial, threads = json.loads(sys.argv[1])
+variant, N, C, spatial, threads, loss = json.loads(sys.argv[1])
 torch.set_num_threads(threads)
 volsample.set_num_threads(threads)
 operands = step_operands(N, C, tuple(spatial))
@@ -539,20 +546,20 @@ def rss(field):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
 
-registration_step(variant, *operands)
+registration_step(variant, *operands, loss)
 gc.collect()
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # the peak resident set, reset to the current one
 before = rss("VmRSS:")
-grads = registration_step(variant, *operands)
+grads = registration_step(variant, *operands, loss)
 print(json.dumps(rss("VmHWM:") - before))
 """
 
 
-def step_peak_memory(variant, N, C, spatial, threads) -> int:
+def step_peak_memory(variant, N, C, spatial, threads, loss="mse_loss") -> int:
     """Peak resident-set growth in bytes (Linux) of one ``registration_step`` of ``variant``
-    in a child process, its operands allocated before: what the step itself allocates,
-    its gradients for theta and u included."""
+    (with ``loss``) in a child process, its operands allocated before: what the step itself
+    allocates, its gradients for theta and u included."""
     import os
     import subprocess
 
@@ -560,7 +567,7 @@ def step_peak_memory(variant, N, C, spatial, threads) -> int:
     # warm-up step left resident do not hide the growth
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(64 << 10))
     proc = subprocess.run([sys.executable, "-c", _STEP_CHILD,
-                           json.dumps([variant, N, C, list(spatial), threads])],
+                           json.dumps([variant, N, C, list(spatial), threads, loss])],
                           capture_output=True, text=True, timeout=600, env=env)
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
@@ -669,7 +676,9 @@ def time_rounds(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds
     """{name: (first call seconds, [seconds per call of each later round])} for the
     callables ``fns`` (a dict), timed in rounds: each round calls every one still short of
     its repeats once, so a machine that drifts (a shared VM) moves all of them alike and
-    their ratios hold.
+    their ratios hold. Each round starts one further along ``fns``: a call pays for what
+    the call before it left in the caches (PyTorch's small backward leaves the next call
+    about 100 us slower at 32^3 C16), and so each follows each other equally often.
 
     Repeats are adaptive, per callable: at least ``min_repeats`` and ``min_seconds`` of
     its own time, but a slow call (the big shapes: seconds each) stops after
@@ -697,15 +706,17 @@ def time_rounds(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds
             return False
         return n < min_repeats or spent[name] < min_seconds
 
-    while any(wanted(name) for name in fns):
-        for name, fn in fns.items():
+    names, first_in_round = list(fns), 0
+    while any(wanted(name) for name in names):
+        for name in names[first_in_round:] + names[:first_in_round]:
             if wanted(name):
                 start = time.perf_counter()
                 for _ in range(batch[name]):
-                    fn()
+                    fns[name]()
                 elapsed = time.perf_counter() - start
                 times[name].append(elapsed / batch[name])
                 spent[name] += elapsed
+        first_in_round = (first_in_round + 1) % len(names)
     return {name: (first[name], times[name]) for name in fns}
 
 
