@@ -283,29 +283,40 @@ def _smooth_grid(rng, n, shape, noise):
     return np.stack([x, y, z], -1)[None] + rng.normal(0, noise, (n,) + shape + (3,))
 
 
-@pytest.mark.parametrize("strategy", ["slabs", "random", "batches"])
+@pytest.mark.parametrize("strategy", ["slabs", "tilted", "random", "batches"])
 @pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
 def test_thread_counts_give_the_same_bits(strategy, mode, padding_mode, align_corners,
                                           monkeypatch):
     """Every way the backward splits its work across threads gives the one-thread bits; the
     inputs do reach the strategy they are named after (reflection bounds every row by
-    every plane, so it keeps one slab)."""
+    every plane, so it keeps one slab). "tilted" rows climb a few planes along x, so that
+    rows reach two slabs, and the slab that does not compute a row's grid gradient skips
+    the row's blocks that reach none of its planes."""
     monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
     rng = np.random.default_rng(14)
     n = 3 if strategy == "batches" else 1
+    shape = (40, 5, 70) if strategy == "tilted" else (40, 5, 7)
     x = rng.standard_normal((n, 2, 40, 5, 7)).astype(np.float32)
     if strategy == "random":
-        grid = rng.uniform(-1.2, 1.2, (n, 40, 5, 7, 3))
+        grid = rng.uniform(-1.2, 1.2, (n,) + shape + (3,))
     else:
-        grid = _smooth_grid(rng, n, (40, 5, 7), 0.01)
+        grid = _smooth_grid(rng, n, shape, 0.01)
+    if strategy == "tilted":
+        grid[..., 2] += 0.15 * grid[..., 0]  # z climbs 6 planes along each row
     grid = grid.astype(np.float32)
-    grad_out = rng.standard_normal((n, 2, 40, 5, 7)).astype(np.float32)
+    grad_out = rng.standard_normal((n, 2) + shape).astype(np.float32)
     call = _calls.grid_sample(_calls.operand("input", x), _calls.operand("grid", grid),
                               MODE_TABLE.code(mode), PADDING_TABLE.code(padding_mode),
                               align_corners, cubic=True)
     slabs = cpu_grid.backward_slabs(call, x, grid, 2)
-    several = strategy == "batches" or (strategy == "slabs" and padding_mode != "reflection")
+    several = strategy == "batches" or (strategy in ("slabs", "tilted")
+                                         and padding_mode != "reflection")
     assert (len(slabs) - 1 > 1) == several, slabs
+    if several and strategy == "tilted":  # some row reaches below and above a cut
+        z = grid[..., 2].reshape(-1, shape[-1])
+        iz = (z + 1) / 2 * (40 - 1) if align_corners else ((z + 1) * 40 - 1) / 2
+        low, high = np.floor(iz).min(axis=1), np.floor(iz).max(axis=1) + 1
+        assert any(((low < cut) & (high >= cut)).any() for cut in slabs[1:-1])
     results = {}
     previous = volsample.get_num_threads()
     try:
@@ -322,7 +333,9 @@ def test_thread_counts_give_the_same_bits(strategy, mode, padding_mode, align_co
         assert_bitwise_equal(f"result {i}", a, b)
     expected = reference.grid_sample_3d_backward(grad_out, x, grid, mode, padding_mode,
                                                  align_corners)
-    assert_close("grad_input", results[2][1], expected[0], 2e-5, 2e-5)
+    # (tilted rows pile more float32 terms, of both signs, onto each element)
+    tolerance = 1e-4 if strategy == "tilted" else 2e-5
+    assert_close("grad_input", results[2][1], expected[0], tolerance, tolerance)
 
 
 @pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)

@@ -91,6 +91,20 @@ struct Backward {
     return s[4] == 1 && s[3] >= L + 1 && s[2] >= s[3] + L + 1;
   }
 
+  // Whether points [w, w + valid) of a row may touch the task's planes (judged from z
+  // alone, a superset): a slab that shares a row with others but does not compute its grid
+  // gradient skips the row's blocks that reach none of its planes, unprepared.
+  bool reaches(const RowCoords<T>& r, const Row& row, int64_t w, int64_t valid,
+               Planes planes) const {
+    const T* z = r.axis(2) + w;
+    int64_t first, last;
+    if (a.padding == ZEROS) points_planes<MODE, ZEROS>(z, valid, g.D, a.align_corners, first, last);
+    else if (a.padding == BORDER) points_planes<MODE, BORDER>(z, valid, g.D, a.align_corners, first, last);
+    else points_planes<MODE, REFLECTION>(z, valid, g.D, a.align_corners, first, last);
+    const int64_t batch = row.n * g.D;
+    return first <= last && batch + first < planes.hi && batch + last >= planes.lo;
+  }
+
   const S* gout_row(const Row& row) const {
     const int64_t* s = a.grad_output.stride;
     return gout + row.n * s[0] + row.d * s[2] + row.h * s[3];
@@ -125,6 +139,8 @@ struct Backward {
       row = row_;
       w = w_;
       valid = std::min<int64_t>(L, kernel.g.Wo - w);
+      touches = GATHER || !planes.clip || kernel.reaches(r, row, w, valid, planes);
+      if (!touches) return;
       // Built in place: a copy would re-read the corner masks, written 2 bytes at a time, in
       // wider loads that wait for those stores to retire (no store forwarding).
       new (&f) F(r, w, kernel.g, kernel.a.padding, kernel.a.align_corners);
@@ -326,6 +342,8 @@ struct Backward {
       row = row_;
       w = w_;
       valid = std::min<int64_t>(L, kernel.g.Wo - w);
+      touches = GATHER || !planes.clip || kernel.reaches(r, row, w, valid, planes);
+      if (!touches) return;
       new (&f) TapFootprint<MODE, V>(r, w, kernel.g, kernel.a.padding, kernel.a.align_corners);
       sum[0] = sum[1] = sum[2] = V(T(0));
       reader.reset();
@@ -473,11 +491,12 @@ struct Backward {
     zero_planes<T>(a.grad_input, p.slabs[s], p.slabs[s + 1]);
     for (int64_t i = 0; i < g.rows; ++i) {  // every point, in increasing order
       const RowShare share = p.share(i, s, g.rows);
+      // (passed over before Row's divisions: a slab passes over most rows)
+      if (!share.touches && !(need_grid && share.owner)) continue;
       const Row row(i, g);
-      if (!share.touches) {  // no plane of any slab, if it owns the row: gradient 0
-        if (need_grid && share.owner)
-          for (int64_t w = 0; w < g.Wo; w += L)
-            sink.template zero<L>(row, w, std::min<int64_t>(L, g.Wo - w));
+      if (!share.touches) {  // no plane of any slab, and the slab owns the row: gradient 0
+        for (int64_t w = 0; w < g.Wo; w += L)
+          sink.template zero<L>(row, w, std::min<int64_t>(L, g.Wo - w));
         continue;
       }
       source.fill(row, g, work.coords);

@@ -120,6 +120,41 @@ void plane_span(T low, T high, int64_t D, bool align_corners, int64_t& first, in
   last = int64_t(std::min(l, T(D - 1)));
 }
 
+// The planes [first, last] of one batch that the points of z coordinates z[0, count) can
+// touch (a superset; first > last if none): plane_span of their extremes, or under
+// reflection, whose folding is not monotonic, of each point.
+template <int MODE, int PADDING, class T>
+void points_planes(const T* z, int64_t count, int64_t D, bool align_corners, int64_t& first,
+                   int64_t& last) {
+  if (PADDING == REFLECTION) {
+    first = D;
+    last = -1;
+    for (int64_t w = 0; w < count; ++w) {
+      int64_t f, l;
+      plane_span<MODE, PADDING>(z[w], z[w], D, align_corners, f, l);
+      if (f <= l) {
+        first = std::min(first, f);
+        last = std::max(last, l);
+      }
+    }
+    return;
+  }
+  // Four independent extremes (no chain of compares from point to point), then theirs.
+  constexpr int kWays = 4;
+  T low[kWays], high[kWays];
+  for (int u = 0; u < kWays; ++u) low[u] = T(INFINITY), high[u] = T(-INFINITY);
+  for (int64_t w = 0; w < count; w += kWays)
+    for (int u = 0; u < kWays && w + u < count; ++u) {
+      low[u] = z[w + u] < low[u] ? z[w + u] : low[u];  // NaN is passed over
+      high[u] = z[w + u] > high[u] ? z[w + u] : high[u];
+    }
+  for (int u = 1; u < kWays; ++u) {
+    low[0] = std::min(low[0], low[u]);
+    high[0] = std::max(high[0], high[u]);
+  }
+  plane_span<MODE, PADDING>(low[0], high[0], D, align_corners, first, last);
+}
+
 // Each row's lowest and highest input plane (n*D + z) judged from z alone (a superset of
 // the planes its points touch; first > last if none).
 template <class T, int MODE, int PADDING, class Rows>
@@ -132,33 +167,8 @@ void row_planes(const Rows& source, const Geometry& g, bool align_corners, int t
     for (int64_t i = 0; i < g.rows; ++i) {  // each row writes its own range
       const Row row(i, g);
       source.fill(row, g, r);
-      const T* z = r.axis(2);
-      int64_t lowest = g.D, highest = -1;
-      if (PADDING == REFLECTION) {  // folding is not monotonic: bound every point
-        for (int64_t w = 0; w < g.Wo; ++w) {
-          int64_t f, l;
-          plane_span<MODE, PADDING>(z[w], z[w], g.D, align_corners, f, l);
-          if (f <= l) {
-            lowest = std::min(lowest, f);
-            highest = std::max(highest, l);
-          }
-        }
-      } else {  // monotonic: the row's extreme coordinates bound its planes
-        // Four independent extremes (no chain of compares from point to point), then theirs.
-        constexpr int kWays = 4;
-        T low[kWays], high[kWays];
-        for (int u = 0; u < kWays; ++u) low[u] = T(INFINITY), high[u] = T(-INFINITY);
-        for (int64_t w = 0; w < g.Wo; w += kWays)
-          for (int u = 0; u < kWays && w + u < g.Wo; ++u) {
-            low[u] = z[w + u] < low[u] ? z[w + u] : low[u];  // NaN is passed over
-            high[u] = z[w + u] > high[u] ? z[w + u] : high[u];
-          }
-        for (int u = 1; u < kWays; ++u) {
-          low[0] = std::min(low[0], low[u]);
-          high[0] = std::max(high[0], high[u]);
-        }
-        plane_span<MODE, PADDING>(low[0], high[0], g.D, align_corners, lowest, highest);
-      }
+      int64_t lowest, highest;
+      points_planes<MODE, PADDING>(r.axis(2), g.Wo, g.D, align_corners, lowest, highest);
       if (lowest <= highest) {
         first[i] = row.n * g.D + lowest;
         last[i] = row.n * g.D + highest;
