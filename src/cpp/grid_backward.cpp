@@ -97,10 +97,11 @@ struct Backward {
   bool reaches(const RowCoords<T>& r, const Row& row, int64_t w, int64_t valid,
                Planes planes) const {
     const T* z = r.axis(2) + w;
+    const bool corners = a.align_corners;
     int64_t first, last;
-    if (a.padding == ZEROS) points_planes<MODE, ZEROS>(z, valid, g.D, a.align_corners, first, last);
-    else if (a.padding == BORDER) points_planes<MODE, BORDER>(z, valid, g.D, a.align_corners, first, last);
-    else points_planes<MODE, REFLECTION>(z, valid, g.D, a.align_corners, first, last);
+    if (a.padding == ZEROS) points_planes<MODE, ZEROS>(z, valid, g.D, corners, first, last);
+    else if (a.padding == BORDER) points_planes<MODE, BORDER>(z, valid, g.D, corners, first, last);
+    else points_planes<MODE, REFLECTION>(z, valid, g.D, corners, first, last);
     const int64_t batch = row.n * g.D;
     return first <= last && batch + first < planes.hi && batch + last >= planes.lo;
   }

@@ -5,11 +5,12 @@
 // that only it writes. Every task walks the points in increasing order (skipping rows whose
 // plane range misses its slab) and adds the corners on its planes, so each input element
 // receives its terms in increasing point order whatever the slabs are. A row's grid
-// gradient is computed once, by one of the slabs it touches; when rows reach across the
-// volume (a random grid), one slab does the whole scatter and the other tasks compute the
-// grid gradient beside it, in chunks of rows. How the planes are split (whole batches when
-// there are enough; otherwise balanced by the rows touching each plane) changes the speed,
-// never the bits.
+// gradient is computed once, by one of the slabs it touches; the others prepare only the
+// row's blocks that reach their planes (judged from z, as the row's planes are). When rows
+// reach across the volume (a random grid), one slab does the whole scatter and the other
+// tasks compute the grid gradient beside it, in chunks of rows. How the planes are split
+// (whole batches when there are enough; otherwise balanced by the rows touching each
+// plane) changes the speed, never the bits.
 //
 // There are more tasks than threads (up to kPiecesPerThread per thread), taken by threads
 // as they come free: a thread that shares its core with another process then holds back
