@@ -187,7 +187,7 @@ def test_time_calls_interleaves_rounds_until_each_has_its_repeats():
     calls = []
     timed = bench.time_calls({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
                              min_repeats=3, min_seconds=0.0)
-    assert calls == list("ab" "ab" "ba" "ab")  # the first calls, then three rounds
+    assert calls[:4] == list("abab") and sorted(calls[4:]) == list("aabb")  # first calls, rounds
     assert [timed[name][2] for name in "ab"] == [3, 3]
     slow_apart = bench.time_calls({"a": lambda: calls.append("a"), "b": lambda: None},
                                   min_repeats=2, min_seconds=0.0, max_seconds=0.0)
@@ -257,12 +257,20 @@ def test_time_rounds_batches_fast_calls_into_samples():
     assert len(calls) == 4
 
 
-def test_time_rounds_starts_each_round_one_further_along():
+def test_time_rounds_takes_each_round_in_an_order_of_its_own():
     calls = []
-    bench.time_rounds({name: (lambda n=name: calls.append(n)) for name in "abc"},
-                      min_repeats=4, min_seconds=0.0, max_repeats=4)
-    assert calls[:3] == list("abc")  # the first calls, in order
-    assert calls[3:] == list("abc" "bca" "cab" "abc")
+    bench.time_rounds({name: (lambda n=name: calls.append(n)) for name in "abcd"},
+                      min_repeats=12, min_seconds=0.0, max_repeats=12)
+    assert calls[:4] == list("abcd")  # the first calls, in order
+    rounds = ["".join(calls[k:k + 4]) for k in range(4, len(calls), 4)]
+    assert len(rounds) == 12 and all(sorted(r) == list("abcd") for r in rounds)
+    assert rounds[0] == "abcd"  # the first round in the given order, the others shuffled
+    followers = {r[i + 1] for r in rounds for i in range(3) if r[i] == "b"}
+    assert len(followers) > 1  # "b" is not always followed by the same one
+    again = []
+    bench.time_rounds({name: (lambda n=name: again.append(n)) for name in "abcd"},
+                      min_repeats=12, min_seconds=0.0, max_repeats=12)
+    assert again == calls  # the same orders every run (a fixed seed)
 
 
 def test_run_reports_the_spread_of_the_per_round_ratios():

@@ -46,6 +46,7 @@ import json
 import math
 import os
 import platform
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -676,9 +677,11 @@ def time_rounds(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds
     """{name: (first call seconds, [seconds per call of each later round])} for the
     callables ``fns`` (a dict), timed in rounds: each round calls every one still short of
     its repeats once, so a machine that drifts (a shared VM) moves all of them alike and
-    their ratios hold. Each round starts one further along ``fns``: a call pays for what
-    the call before it left in the caches (PyTorch's small backward leaves the next call
-    about 100 us slower at 32^3 C16), and so each follows each other equally often.
+    their ratios hold. After the first round, in ``fns``' order, each round takes them in
+    an order of its own (shuffled, with a fixed seed): a call pays for what the call before
+    it left in the caches (PyTorch's small backward leaves the next call about 100 us
+    slower at 32^3 C16), and a fixed order, or a rotation of it, would make one of them
+    always pay for the same other one.
 
     Repeats are adaptive, per callable: at least ``min_repeats`` and ``min_seconds`` of
     its own time, but a slow call (the big shapes: seconds each) stops after
@@ -706,9 +709,9 @@ def time_rounds(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds
             return False
         return n < min_repeats or spent[name] < min_seconds
 
-    names, first_in_round = list(fns), 0
-    while any(wanted(name) for name in names):
-        for name in names[first_in_round:] + names[:first_in_round]:
+    order, shuffle = list(fns), random.Random(0).shuffle
+    while any(wanted(name) for name in order):
+        for name in order:
             if wanted(name):
                 start = time.perf_counter()
                 for _ in range(batch[name]):
@@ -716,7 +719,7 @@ def time_rounds(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds
                 elapsed = time.perf_counter() - start
                 times[name].append(elapsed / batch[name])
                 spent[name] += elapsed
-        first_in_round = (first_in_round + 1) % len(names)
+        shuffle(order)
     return {name: (first[name], times[name]) for name in fns}
 
 
