@@ -12,8 +12,8 @@ Semantics: docs/semantics.md.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -112,8 +112,9 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
         _backend.forward(call, *arrays)
     else:
         kernel.forward_on(*arrays)
-        _calls.remember(_PREPARED_FORWARDS, key, _Prepared(kernel, call, _layout.allocator(
-            _layout.physical_shape(call.output_shape, layout), call.dtype, name="output")))
+        allocate = _layout.allocator(_layout.physical_shape(call.output_shape, layout),
+                                     call.dtype, name="output")
+        _calls.remember(_PREPARED_FORWARDS, key, _PreparedForward(kernel, call, allocate))
     return returned
 
 
@@ -128,12 +129,20 @@ def _prepared_call(cache, arrays, *arguments):
                                          for a in arrays), *arguments, _config.get_num_threads())
 
 
-class _Prepared(NamedTuple):
-    """A call's prepared kernel (``_cpu.warp.prepare_forward`` or ``prepare_backward``), its description (``out``'s checks)
-    and its results' allocators (``_layout.allocator``)."""
+class _PreparedForward(NamedTuple):
+    """A forward's prepared kernel (``_cpu.warp.prepare_forward``), its description
+    (``out``'s checks) and its result's allocator (``_layout.allocator``)."""
     kernel: _backend.PreparedWarp
     call: _calls.Warp
-    allocate: Any  # the forward's result's allocator; the backward's _gradient_allocators
+    allocate: Callable[[], np.ndarray]
+
+
+class _PreparedBackward(NamedTuple):
+    """A backward's prepared kernel (``_cpu.warp.prepare_backward``), its description and
+    its gradients' allocators (``_gradient_allocators``)."""
+    kernel: _backend.PreparedWarp
+    call: _calls.Warp
+    allocators: tuple
 
 
 # Per arrays' shapes, strides and dtypes, arguments and thread count: a call that passed
@@ -202,7 +211,7 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
         _backend.backward(call, *arrays)
     else:
         kernel.backward_on(*arrays)
-        _calls.remember(_PREPARED_BACKWARDS, key, _Prepared(kernel, call, allocators))
+        _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, call, allocators))
     return _returned(call, *gradients)
 
 
@@ -244,7 +253,7 @@ def _returned(call, grad_input, grad_theta, grad_displacement):
 def _backward_on(prepared, grad_output, input, theta, displacement, grad_displacement_out):
     """A prepared backward on new arrays: no checks but ``grad_displacement_out``'s."""
     call = prepared.call
-    gradients = _gradients(call, grad_displacement_out, prepared.allocate)
+    gradients = _gradients(call, grad_displacement_out, prepared.allocators)
     prepared.kernel.backward_on(_layout.logical(grad_output, call.layout),
                                 _layout.logical(input, call.layout), theta, displacement,
                                 *gradients)
