@@ -79,3 +79,27 @@ def voxel_step(size: int, align_corners: bool) -> float:
     if align_corners:
         return 2 / (size - 1) if size > 1 else 0.0
     return 2 / size
+
+
+def box_map(box, shape, align_corners: bool):
+    """The 4x4 map from a box's normalised coordinates (x, y, z, 1) to those of the volume
+    it lies in, or None for the whole volume: ``theta @ box_map(...)[:3]`` warps the box
+    alone, and theta's gradient is the box's times the map's transpose. ``box`` holds
+    slices of ``shape`` (D, H, W) with explicit bounds; a float64 NumPy array."""
+    import numpy as np
+
+    if all(b.start == 0 and b.stop == n for b, n in zip(box, shape)):
+        return None
+    m = np.eye(4)
+    for row, axis in ((0, 2), (1, 1), (2, 0)):  # x spans W, y H, z D
+        n, low, size = shape[axis], box[axis].start, box[axis].stop - box[axis].start
+        if size == n:
+            continue
+        # base(k - low, size) = scale * base(k, n) + offset... solved for base(k, n)
+        if align_corners:
+            m[row, row] = (size - 1) / (n - 1)
+            m[row, 3] = (2 * low + size - 1) / (n - 1) - 1
+        else:
+            m[row, row] = size / n
+            m[row, 3] = (2 * low + size) / n - 1
+    return m

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from . import _dtypes, _layout
+from . import _coords, _dtypes, _layout
 from ._checks import InvalidArgumentError
 from ._cpu import similarity as _similarity_kernels
 from ._cpu import upsample as _upsample_kernels
@@ -397,19 +397,6 @@ def _within(box: Sequence[slice], part: Sequence[slice], shape: Sequence[int]
     return tuple(region)
 
 
-def _box_map(box: Sequence[slice], shape: Sequence[int]) -> np.ndarray | None:
-    """The 4x4 map from a box's normalised coordinates (x, y, z, 1; align_corners=True) to
-    its volume's, or None for the whole volume: theta times it samples the box."""
-    if all(b == slice(None) or (b.start == 0 and b.stop == n) for b, n in zip(box, shape)):
-        return None
-    m = np.eye(4)
-    for row, axis in ((0, 2), (1, 1), (2, 0)):  # x spans W, y H, z D
-        n, low, size = shape[axis], box[axis].start, box[axis].stop - box[axis].start
-        m[row, row] = (size - 1) / (n - 1)
-        m[row, 3] = (2 * low + size - 1) / (n - 1) - 1
-    return m
-
-
 def mse(fixed: np.ndarray, warped: np.ndarray) -> tuple[float, np.ndarray]:
     """Mean squared difference and its gradient with respect to ``warped``."""
     return MeanSquares(fixed)(warped)
@@ -513,7 +500,7 @@ def _warp_parts(measure, moving, theta, displacements, interp, buffers):
     warped = buffers("warped", measure.fixed.shape, moving.dtype, zero=True)
     pieces = []
     for i, (part, region) in enumerate(zip(measure.parts, _regions(measure))):
-        part_map = _box_map(region, measure.full_shape)
+        part_map = _coords.box_map(region, measure.full_shape, _SAMPLING["align_corners"])
         part_theta = theta if part_map is None else \
             (theta[0].astype(np.float64) @ part_map)[None].astype(theta.dtype)
         size = tuple(r.stop - r.start for r in region)
