@@ -162,7 +162,7 @@ def test_registration_step_variants_and_losses_give_the_same_gradients():
     pytest.importorskip("torch")
     operands = bench.step_operands(1, 1, (6, 7, 8))
     reference = bench.registration_step("pytorch", *operands, loss="square")
-    for variant in ("volsample", "volsample-grid", "pytorch"):
+    for variant in ("volsample", "volsample-warp", "volsample-grid", "pytorch"):
         for loss in ("mse_loss", "square"):
             grads = bench.registration_step(variant, *operands, loss=loss)
             for ours, theirs in zip(grads, reference):

@@ -21,7 +21,8 @@ go into the report.
 The warp workloads compare ``warp_3d`` (no grid) with volsample's own grid sampler fed
 the grid ``affine_grid(theta) + displacement`` ("volsample-grid") and with PyTorch: an
 affine warp (the grid formed beforehand, untimed), and one registration step through
-``volsample.torch`` (I(A x + u(x)), MSE, gradients for theta and u; the grid-based steps
+``volsample.torch`` (I(A x + u(x)), MSE, gradients for theta and u: ``warp_mse_loss``,
+against ``warp`` then ``F.mse_loss`` ("volsample-warp") and the grid-based steps, which
 form the grid with ``F.affine_grid`` inside the step, as a user's code does).
 
 The cubic workloads (bicubic, bspline; forward, backward) compare with volsample's own
@@ -58,13 +59,15 @@ import volsample
 from . import _dtypes
 from ._progress import ProgressBar
 
-PEERS = ("volsample-grid", "volsample-trilinear", "pytorch", "scipy", "torch-interpol",
+PEERS = ("volsample-grid", "volsample-warp", "volsample-trilinear", "pytorch", "scipy", "torch-interpol",
          "volresample", "simpleitk", "jax", "affiners", "volsample-numpy", "volsample-patch")
 # volsample-grid: volsample's own grid sampler on a formed grid (the warp workloads' baseline);
+# volsample-warp: the registration step as volsample.torch.warp then F.mse_loss;
 # volsample-trilinear: volsample's trilinear sampling of the same grid (the cubic workloads');
 # volsample-numpy, volsample-patch: the NumPy API and F.grid_sample under
 # volsample.torch.patch(), beside volsample.torch (the small-size family)
-_PEER_MODULES = {"volsample-grid": "volsample", "volsample-trilinear": "volsample",
+_PEER_MODULES = {"volsample-grid": "volsample", "volsample-warp": "volsample",
+                 "volsample-trilinear": "volsample",
                  "volsample-numpy": "volsample", "volsample-patch": "torch",
                  "pytorch": "torch", "scipy": "scipy", "torch-interpol": "interpol",
                  "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "jax",
@@ -481,29 +484,33 @@ def _warp_workload(name, N, C, spatial, quick=False):
 
 
 def registration_step(variant, x, theta, displacement, target, loss="mse_loss"):
-    """One registration step of ``variant``: I(A x + u(x)) with ``vt.warp`` ("volsample"),
-    or ``F.affine_grid(theta) + u`` then ``vt.grid_sample`` ("volsample-grid") or
-    ``F.grid_sample`` ("pytorch"); the MSE to ``target``, ``F.mse_loss`` ("mse_loss") or
-    written out as ``((w - target) ** 2).mean()`` ("square": its autograd holds five
-    image-sized tensors at once); its gradients for theta and u."""
+    """One registration step of ``variant``: the MSE of I(A x + u(x)) to ``target`` and its
+    gradients for theta and u. "volsample" takes the warp and the MSE at once,
+    ``vt.warp_mse_loss``; the others warp, with ``vt.warp`` ("volsample-warp"), or with
+    ``F.affine_grid(theta) + u`` then ``vt.grid_sample`` ("volsample-grid") or
+    ``F.grid_sample`` ("pytorch"), then take the MSE as ``F.mse_loss`` ("mse_loss") or
+    written out, ``((w - target) ** 2).mean()`` ("square": its autograd holds five
+    image-sized tensors at once)."""
     import torch
     import torch.nn.functional as F
 
     import volsample.torch as vt
 
     def warped():  # a function, so that the step holds no result beyond what autograd keeps
-        if variant == "volsample":
+        if variant == "volsample-warp":
             return vt.warp(x, theta, displacement)
         grid = F.affine_grid(theta, list(target.shape), align_corners=False) + displacement
         sample = vt.grid_sample if variant == "volsample-grid" else F.grid_sample
         return sample(x, grid, align_corners=False)
 
-    if loss == "mse_loss":
+    if loss not in ("mse_loss", "square"):
+        raise ValueError(f"loss must be 'mse_loss' or 'square', got {loss!r}")
+    if variant == "volsample":
+        value = vt.warp_mse_loss(x, target, theta, displacement)
+    elif loss == "mse_loss":
         value = F.mse_loss(warped(), target)
     elif loss == "square":
         value = ((warped() - target) ** 2).mean()
-    else:
-        raise ValueError(f"loss must be 'mse_loss' or 'square', got {loss!r}")
     return torch.autograd.grad(value, (theta, displacement))
 
 
@@ -525,7 +532,7 @@ def _warp_step_workload(name, N, C, spatial, quick=False):
     def build():
         operands = step_operands(N, C, spatial)
         return {variant: (lambda v=variant: registration_step(v, *operands))
-                for variant in ("volsample", "volsample-grid", "pytorch")}
+                for variant in ("volsample", "volsample-warp", "volsample-grid", "pytorch")}
 
     # x, u and the target read; u's gradient written
     return Workload(name, build, points * (2 * C + 6) * 4, quick)
@@ -804,6 +811,7 @@ def format_table(results) -> str:
 
 # README's names of the peers, in the order of its columns
 _PEER_TITLES = {"volsample-grid": "volsample's grid sampler",
+                "volsample-warp": "volsample.torch.warp + F.mse_loss",
                 "volsample-trilinear": "volsample trilinear",
                 "volsample-numpy": "volsample's NumPy API",
                 "volsample-patch": "F.grid_sample under patch()", "pytorch": "PyTorch",

@@ -2,7 +2,8 @@
 
 ``grid_sample`` and ``upsample_trilinear`` are drop-ins for ``F.grid_sample`` (5-D) and
 ``F.interpolate(mode="trilinear")``; ``warp`` samples at ``affine_grid(theta) +
-displacement`` without forming that grid. They run the custom ops
+displacement`` without forming that grid, and ``warp_mse_loss`` is ``F.mse_loss`` of such a
+warp and a target without holding the warped volume. They run the custom ops
 ``torch.ops.volsample.grid_sampler_3d`` / ``grid_sampler_3d_backward`` /
 ``warp_3d`` / ``warp_3d_backward`` /
 ``upsample_trilinear3d`` / ``upsample_trilinear3d_backward`` (registered on import), which
@@ -26,6 +27,7 @@ from ._patch import patch, unpatch
 from ._spline import spline_coefficients
 from ._upsample import upsample_trilinear
 from ._warp import warp
+from ._warp_loss import warp_mse_loss
 
-__all__ = ["grid_sample", "upsample_trilinear", "warp", "spline_coefficients", "compose",
+__all__ = ["grid_sample", "upsample_trilinear", "warp", "warp_mse_loss", "spline_coefficients", "compose",
            "integrate_velocity", "jacobian_determinant", "patch", "unpatch"]
