@@ -31,6 +31,12 @@ namespace VS_ISA {
 namespace grid {
 namespace {
 
+// One batch item's volume from this size on has the lines of its crossing rows fetched as
+// a row is prepared (CornerReader::prefetch_crossings); a smaller one stays in the caches,
+// where the fetches only cost (measured: a 4 MB volume on a smooth grid 7% slower, a
+// 6.4 MB one under a rotation 10% faster).
+constexpr int64_t kFetchCrossingsBytes = int64_t(5) << 20;
+
 // The trilinear sampler of L points: their corner reader, corner weights and masks.
 template <class V>
 struct Trilinear {
@@ -71,6 +77,7 @@ struct Forward {
   const int64_t* os;  // the output's
   int64_t blocks;     // of L points per row
   bool streamed;
+  bool fetch_crossings;
 
   Forward(const GridSampleArgs& args, const Source& points)
       : a(args), g(args), source(points), is(args.input.stride), os(args.output.stride),
@@ -81,6 +88,7 @@ struct Forward {
     // at 4 and 8 MB).
     streamed = MODE == BILINEAR && std::is_same_v<S, T> && os[4] == 1 &&
                g.N * g.C * g.Do * g.Ho * g.Wo * int64_t(sizeof(S)) >= kStreamedResultBytes;
+    fetch_crossings = g.C * g.D * g.H * g.W * int64_t(sizeof(S)) >= kFetchCrossingsBytes;
   }
 
   // Nearest: each point's voxel copied exactly, every channel; 0 outside.
@@ -114,7 +122,12 @@ struct Forward {
     const int64_t blocks = this->blocks, C = g.C, Wo = g.Wo;  // in registers
     const S* in_n = a.input.ptr<S>() + row.n * is[0];
     S* out_row = a.output.ptr<S>() + row.n * os[0] + row.d * os[2] + row.h * os[3];
-    for (int64_t b = 0; b < blocks; ++b) samplers[b].prepare(r, b * L, g, a, is);
+    // Where the row crosses the volume's rows, the first channel's lines are fetched as
+    // each block is prepared, a row's preparing ahead of their reads.
+    for (int64_t b = 0; b < blocks; ++b) {
+      samplers[b].prepare(r, b * L, g, a, is);
+      if (fetch_crossings) samplers[b].reader.prefetch_crossings(in_n);
+    }
     for (int64_t c = 0; c < C; ++c) {
       const S* in_c = in_n + c * is[1];
       S* out_c = out_row + c * os[1];
