@@ -10,6 +10,8 @@ respect to its input ("slope").
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ._tables import BORDER, REFLECTION
 
 
@@ -86,8 +88,6 @@ def box_map(box, shape, align_corners: bool):
     it lies in, or None for the whole volume: ``theta @ box_map(...)[:3]`` warps the box
     alone, and theta's gradient is the box's times the map's transpose. ``box`` holds
     slices of ``shape`` (D, H, W) with explicit bounds; a float64 NumPy array."""
-    import numpy as np
-
     if all(b.start == 0 and b.stop == n for b, n in zip(box, shape)):
         return None
     m = np.eye(4)
@@ -95,7 +95,7 @@ def box_map(box, shape, align_corners: bool):
         n, low, size = shape[axis], box[axis].start, box[axis].stop - box[axis].start
         if size == n:
             continue
-        # base(k - low, size) = scale * base(k, n) + offset... solved for base(k, n)
+        # base(k, n) = scale * base(k - low, size) + offset, the box's points k
         if align_corners:
             m[row, row] = (size - 1) / (n - 1)
             m[row, 3] = (2 * low + size - 1) / (n - 1) - 1

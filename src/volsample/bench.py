@@ -59,8 +59,9 @@ import volsample
 from . import _dtypes
 from ._progress import ProgressBar
 
-PEERS = ("volsample-grid", "volsample-warp", "volsample-trilinear", "pytorch", "scipy", "torch-interpol",
-         "volresample", "simpleitk", "jax", "affiners", "volsample-numpy", "volsample-patch")
+PEERS = ("volsample-grid", "volsample-warp", "volsample-trilinear", "pytorch", "scipy",
+         "torch-interpol", "volresample", "simpleitk", "jax", "affiners", "volsample-numpy",
+         "volsample-patch")
 # volsample-grid: volsample's own grid sampler on a formed grid (the warp workloads' baseline);
 # volsample-warp: the registration step as volsample.torch.warp then F.mse_loss;
 # volsample-trilinear: volsample's trilinear sampling of the same grid (the cubic workloads');
