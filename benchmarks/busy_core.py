@@ -8,8 +8,9 @@ two threads shares its core.
 Each (wait policy, thread count) runs in a child process of its own, since OpenMP reads
 OMP_WAIT_POLICY when it starts; "default" leaves the environment as volsample finds it,
 "spin=N" sets GOMP_SPINCOUNT=N (libgomp: spin N rounds, then sleep).
-Prints one line per workload: the medians at 1 and 2 threads and their ratio (2 threads
-no slower than 1 is at most 1.00).
+Prints how often an empty 2-thread region's threads ran on distinct CPUs, then one line per
+workload: the medians at 1 and 2 threads and their ratio (2 threads no slower than 1 is at
+most 1.00).
 """
 import argparse
 import json
@@ -24,7 +25,7 @@ WORKLOADS = ["grid.bwd smooth N1 C1 96x112x96", "grid.fwd smooth N1 C8 96x112x96
 
 def child(names, threads):
     import volsample
-    from volsample import bench
+    from volsample import _cpu, bench
 
     volsample.set_num_threads(threads)
     chosen = [w for w in bench.suite() if w.name in names]
@@ -32,6 +33,9 @@ def child(names, threads):
     for w in chosen:
         fn = w.build()["volsample"]
         medians[w.name] = bench.time_call(fn, min_repeats=7, min_seconds=0.5)[1]
+    # How often an (empty) region's threads settle on distinct CPUs (src/cpp/team.h).
+    placed = [_cpu.team_cpus(threads) for _ in range(100)]
+    medians["apart"] = sum(len(set(p)) == len(p) for p in placed) / len(placed)
     print(json.dumps(medians))
 
 
@@ -64,6 +68,8 @@ def main():
                                       "--filter", *args.filter], env=env, check=True,
                                      capture_output=True, text=True).stdout
                 runs[threads] = json.loads(out.splitlines()[-1])
+            print(f"{policy:8s} a 2-thread region's threads on distinct CPUs: "
+                  f"{runs[2]['apart']:.0%} of 100", flush=True)
             for name in args.filter:
                 one, two = runs[1][name], runs[2][name]
                 print(f"{policy:8s} {name:45s} 1 thread {one * 1e3:8.2f} ms  "

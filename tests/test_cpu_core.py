@@ -110,3 +110,22 @@ def test_openmp_threads_wait_passively_unless_the_user_chose():
     assert environ == "active" and spins and int(spins[0]) > 300_000, spins
     environ, spins = _wait_policy_in_child(GOMP_SPINCOUNT="1000")
     assert (environ, spins) == ("None", ["1000"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or len(os.sched_getaffinity(0)) < 2
+                    or _cpu.max_threads() < 2, reason="needs Linux, OpenMP and two CPUs")
+def test_a_region_spreads_its_threads_over_cpus_beside_a_busy_one():
+    """With one CPU busy in another process, Linux tends to wake a region's second thread on
+    the caller's CPU and leave it there; the kernels' regions move it to another CPU
+    (team.h), so the two threads run on distinct CPUs."""
+    cpus = sorted(os.sched_getaffinity(0))
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                            preexec_fn=lambda: os.sched_setaffinity(0, {cpus[-1]}))
+    try:
+        placed = [_cpu.team_cpus(2) for _ in range(100)]
+    finally:
+        busy.kill()
+        busy.wait()
+    assert all(len(p) == 2 and min(p) >= 0 for p in placed), placed[:5]
+    apart = sum(p[0] != p[1] for p in placed)
+    assert apart >= 90, placed[:10]

@@ -28,6 +28,7 @@
 #include "grid_formula.h"
 #include "grid_taps.h"
 #include "grid_warp.h"
+#include "team.h"
 
 namespace vs {
 namespace VS_ISA {
@@ -534,8 +535,10 @@ struct Backward {
       for (int64_t t = 0; t < tasks; ++t) task(t, work);
       return;
     }
+    TeamCpus team(threads);
 #pragma omp parallel num_threads(threads)
     {
+      team.settle(omp_get_thread_num());
       RowWork work(g.Wo, g.C);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < tasks; ++t) task(t, work);

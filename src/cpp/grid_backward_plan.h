@@ -26,6 +26,7 @@
 
 #include "coords.h"
 #include "grid_common.h"
+#include "team.h"
 
 namespace vs {
 namespace VS_ISA {
@@ -161,8 +162,10 @@ void points_planes(const T* z, int64_t count, int64_t D, bool align_corners, int
 template <class T, int MODE, int PADDING, class Rows>
 void row_planes(const Rows& source, const Geometry& g, bool align_corners, int threads,
                 int64_t* first, int64_t* last) {
+  TeamCpus team(threads);
 #pragma omp parallel num_threads(threads)
   {
+    team.settle(omp_get_thread_num());
     RowCoords<T> r(g.Wo);
 #pragma omp for schedule(dynamic, 64)
     for (int64_t i = 0; i < g.rows; ++i) {  // each row writes its own range

@@ -25,6 +25,7 @@
 #include "grid_formula.h"
 #include "grid_taps.h"
 #include "grid_warp.h"
+#include "team.h"
 
 namespace vs {
 namespace VS_ISA {
@@ -188,8 +189,10 @@ struct Forward {
       if (streamed) stream_fence();
       return;
     }
+    TeamCpus team(a.threads);
 #pragma omp parallel num_threads(a.threads)
     {
+      team.settle(omp_get_thread_num());
       RowCoords<T> r(g.Wo);
       std::vector<Trilinear<V>> samplers(MODE == BILINEAR ? blocks : 0);
 #pragma omp for schedule(dynamic, 1)

@@ -6,6 +6,7 @@
 // Threads share planes: each pass writes only its own planes of its output and reads
 // planes that no task of that pass writes, so no pass races.
 #include "local_ncc.h"
+#include "team.h"
 
 #include <omp.h>
 
@@ -208,8 +209,10 @@ void box_sum_of(const BoxSumArgs& a) {
   const Shape s = shape_of(a.volume);
   const T* in = a.volume.ptr<T>();
   T* out = a.out.ptr<T>();
+  TeamCpus team(a.threads);
 #pragma omp parallel num_threads(a.threads)
   {
+    team.settle(omp_get_thread_num());
     std::vector<T> scratch(s.plane());
 #pragma omp for schedule(dynamic, 1)
     for (int64_t z = 0; z < s.D; ++z) {
@@ -239,8 +242,10 @@ double local_ncc_of(const LocalNccArgs& a) {
                            inverse_w = inverse_counts<T>(s.W, r);
   const T eps = T(a.eps), scale = T(a.grad_scale);
   std::vector<double> plane_sums(s.D);
+  TeamCpus team(a.threads);
 #pragma omp parallel num_threads(a.threads)
   {
+    team.settle(omp_get_thread_num());
     std::vector<T> scratch(n);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t z = 0; z < s.D; ++z) {
@@ -283,8 +288,10 @@ void varying_of(const VaryingArgs& a) {
   const T* v = a.volume.ptr<T>();
   uint8_t* rows = a.rows.ptr<uint8_t>();
   uint8_t* columns = a.columns.ptr<uint8_t>();
+  TeamCpus team(a.threads);
 #pragma omp parallel num_threads(a.threads)
   {
+    team.settle(omp_get_thread_num());
     // step[x]: voxels x and x + 1 of a row differ; varies[x]: voxel x differs from a
     // neighbour
     std::vector<uint8_t> step(s.W), varies(s.W);

@@ -10,12 +10,14 @@
 #include <nanobind/stl/vector.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "kernels.h"
+#include "team.h"
 
 namespace nb = nanobind;
 
@@ -140,6 +142,21 @@ NB_MODULE(_kernels, m) {
         "The instruction sets built into this module that this CPU can run.");
   m.def("max_threads", [] { return omp_get_max_threads(); },
         "OpenMP's default thread count (the machine's cores unless OMP_NUM_THREADS).");
+  m.def(
+      "team_cpus",
+      [](int threads) {
+        std::vector<int> cpus(size_t(std::max(threads, 1)), -1);
+        vs::TeamCpus team(threads);
+#pragma omp parallel num_threads(threads)
+        {
+          team.settle(omp_get_thread_num());
+          cpus[size_t(omp_get_thread_num())] = vs::current_cpu();
+        }
+        return cpus;
+      },
+      nb::arg("threads"),
+      "The CPU each thread of a parallel region of `threads` runs on once settled (team.h; "
+      "-1 where unknown): for the tests and benchmarks/busy_core.py.");
   // The kernels' integer codes of the sampling modes (tensor.h), for Python's tables to be
   // checked against.
   nb::dict modes, paddings;

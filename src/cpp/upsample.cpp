@@ -36,6 +36,7 @@
 #include "upsample.h"
 #include "upsample_plan.h"
 #include "upsample_simd.h"
+#include "team.h"
 
 namespace vs {
 namespace VS_ISA {
@@ -382,8 +383,10 @@ void forward_pass(const UpsampleArgs& a) {
       g.dst[0] * g.dst[1] * g.dst[2] * g.dst[3] * Wd * int64_t(sizeof(S));
   const bool streamed = result_bytes >= kStreamedResultBytes &&
                         2 * band * row_len * int64_t(sizeof(C)) >= (128 << 10);
+  TeamCpus team(int(g.threads));
 #pragma omp parallel num_threads(int(g.threads))
   {
+    team.settle(omp_get_thread_num());
     C* stage = ps.thread_scratch();
     C* mapped_w = stage + Ws * inner;
     C* slots[2];
@@ -437,8 +440,10 @@ void backward_pass(const UpsampleArgs& a) {
   const int64_t run = Ws * inner;            // the part of it the D map writes
   const RowReader<S, C> reader(inner, ps.ss[4], ps.ss[1]);
   const AxisMap<C>& dmap = ps.t.d;
+  TeamCpus team(int(g.threads));
 #pragma omp parallel num_threads(int(g.threads))
   {
+    team.settle(omp_get_thread_num());
     C* mapped_d = ps.thread_scratch();
     C* mapped = ps.t.h_kept ? mapped_d : mapped_d + ps.t.band_span * row_len;
     C tiles[ENTRIES][TILE];

@@ -35,6 +35,7 @@ isa = _kernels.isa
 set_isa = _kernels.set_isa
 supported_isas = _kernels.supported_isas
 max_threads = _kernels.max_threads
+team_cpus = _kernels.team_cpus  # where a region's threads run (team.h): tests, busy_core.py
 # The C++ core's integer codes of the modes and paddings, as its kernels take them.
 MODES = _kernels.MODES
 PADDINGS = _kernels.PADDINGS
