@@ -54,21 +54,41 @@ def loss_and_gradients(fn, tensors, seed=1.0):
     return loss.detach(), torch.autograd.grad(loss * seed, wanted)
 
 
+def count_slab_backwards(monkeypatch) -> list:
+    """Replaces _slab_backward with a wrapper that notes each call."""
+    calls = []
+    inner = _warp_loss._slab_backward
+
+    def noted(*args):
+        calls.append(args[0].shape)
+        return inner(*args)
+
+    monkeypatch.setattr(_warp_loss, "_slab_backward", noted)
+    return calls
+
+
+@pytest.mark.parametrize("input_grad", [False, True])
 @pytest.mark.parametrize("mode,padding_mode,align_corners,reduction", [
     ("bilinear", "zeros", False, "mean"), ("bilinear", "border", True, "sum"),
     ("bilinear", "reflection", False, "sum"), ("nearest", "zeros", True, "mean")])
-def test_matches_pytorch_and_its_gradients(thin_slabs, mode, padding_mode, align_corners,
-                                           reduction):
+def test_matches_pytorch_and_its_gradients(thin_slabs, monkeypatch, mode, padding_mode,
+                                           align_corners, reduction, input_grad):
     tensors = operands()
+    if not input_grad:
+        tensors = (tensors[0].detach(),) + tensors[1:]
     call = _describe(*(t.detach() for t in (tensors[0], tensors[2], tensors[3])), [9, 5, 6],
                      0, 0, False, 0)
     assert len(_warp_loss._slabs(call)) == 4  # the slabs are really cut
+    slabs = count_slab_backwards(monkeypatch)
     kwargs = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners,
                   reduction=reduction)
     ours = loss_and_gradients(lambda *t: vt.warp_mse_loss(*t, **kwargs), tensors, seed=3.0)
     theirs = loss_and_gradients(lambda *t: pytorch_loss(*t, **kwargs), tensors, seed=3.0)
+    # The input's gradient, a scatter over the whole input, comes from one piece.
+    assert len(slabs) == (1 if input_grad else 4)
     torch.testing.assert_close(ours[0], theirs[0], rtol=1e-12, atol=1e-12)
-    for a, b, name in zip(ours[1], theirs[1], ("input", "target", "theta", "displacement")):
+    names = ("input", "target", "theta", "displacement")[not input_grad:]
+    for a, b, name in zip(ours[1], theirs[1], names):
         coordinates = name in ("theta", "displacement")
         assert float(b.abs().max()) > 1e-3 or (mode == "nearest" and coordinates)
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12, msg=f"grad {name}")
@@ -103,10 +123,11 @@ def test_cubic_modes_match_mse_loss_of_warp(thin_slabs, mode):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_float32_matches_mse_loss_of_warp_and_one_slab_matches_many(monkeypatch):
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_float32_matches_mse_loss_of_warp_and_one_slab_matches_many(monkeypatch, input_grad):
     x, target, theta, u = (t.detach().float().requires_grad_() for t in operands(
         N=1, C=2, in_spatial=(20, 22, 24), out_spatial=(18, 20, 22)))
-    tensors = (x, target, theta, u)
+    tensors = (x.requires_grad_(input_grad), target, theta, u)
     composed = loss_and_gradients(
         lambda x, t, th, u: F.mse_loss(vt.warp(x, th, u, padding_mode="border"), t), tensors)
     runs = []
@@ -132,9 +153,11 @@ def test_sixteen_bit_volumes(thin_slabs, dtype):
         torch.testing.assert_close(a.float(), b.float(), rtol=5e-2, atol=2e-2)
 
 
-def test_same_bits_for_any_thread_count(thin_slabs):
+@pytest.mark.parametrize("input_grad", [False, True])
+def test_same_bits_for_any_thread_count(thin_slabs, input_grad):
     tensors = tuple(t.detach().float().requires_grad_() for t in operands(
         N=1, C=2, in_spatial=(30, 28, 26), out_spatial=(24, 30, 28)))
+    tensors[0].requires_grad_(input_grad)
     runs = []
     before = volsample.get_num_threads()
     try:
@@ -145,7 +168,8 @@ def test_same_bits_for_any_thread_count(thin_slabs):
         volsample.set_num_threads(before)
     for loss, grads in runs[1:]:
         assert_bitwise_equal("loss", loss.numpy(), runs[0][0].numpy())
-        for a, b, name in zip(grads, runs[0][1], ("input", "target", "theta", "displacement")):
+        names = ("input", "target", "theta", "displacement")[not input_grad:]
+        for a, b, name in zip(grads, runs[0][1], names):
             assert_bitwise_equal(f"grad {name}", a.numpy(), b.numpy())
 
 

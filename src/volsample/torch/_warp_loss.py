@@ -1,5 +1,6 @@
 """``warp_mse_loss``: the mean squared difference between a warp (``warp``'s ``A x + u(x)``)
-and a target, with neither the warped volume nor its gradient ever held whole.
+and a target, with neither the warped volume nor its gradient ever held whole (but where
+the input's own gradient is wanted).
 
 The output is cut into slabs of planes along z. Each slab is warped alone (theta times the
 slab's ``_coords.box_map``, its rows of the displacement), reduced to its sum of squares
@@ -85,13 +86,15 @@ def _loss_and_gradients(input, target, theta, displacement, sampling, reduction,
     want_input, want_target, want_theta, want_displacement = wanted
     call = _describe(input, theta, displacement, list(target.shape[2:]), *sampling)
     scale = 2 / (target.numel() if reduction == "mean" else 1)
-    grad_input = torch.zeros_like(input) if want_input else None
+    grad_input = None  # the one slab's, where wanted
     grad_target = torch.empty_like(target) if want_target else None
     grad_theta = (torch.zeros(theta.shape, dtype=torch.float64, device=theta.device)
                   if want_theta else None)
     grad_displacement = _common.empty_contiguous(displacement) if want_displacement else None
     total = torch.zeros((), dtype=torch.float64, device=input.device)
-    slabs = _slabs(call)
+    # The input's gradient scatters over the whole input from every slab: one piece, not
+    # an input-sized gradient per slab added up.
+    slabs = [slice(0, call.output_spatial[0])] if want_input else _slabs(call)
     for slab in slabs:
         m = _box_map(call, slab, input.device)
         slab_theta = _slab_theta(call, m, theta, displacement, whole=len(slabs) == 1)
@@ -112,7 +115,7 @@ def _loss_and_gradients(input, target, theta, displacement, sampling, reduction,
             [want_input, want_theta and slab_theta is not None, want_displacement],
             None if grad_displacement is None else grad_displacement[:, slab])
         if want_input:
-            grad_input += part_input
+            grad_input = part_input
         if want_theta:
             grad_theta += part_theta.double() @ m.T
     loss = (total * (scale / 2)).to(input.dtype)
