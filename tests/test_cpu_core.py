@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -119,9 +120,12 @@ def test_a_region_spreads_its_threads_over_cpus_beside_a_busy_one():
     the caller's CPU and leave it there; the kernels' regions move it to another CPU
     (team.h), so the two threads run on distinct CPUs."""
     cpus = sorted(os.sched_getaffinity(0))
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                            preexec_fn=lambda: os.sched_setaffinity(0, {cpus[-1]}))
+    spin = (f"import os\nos.sched_setaffinity(0, {{{cpus[-1]}}})\nprint(flush=True)\n"
+            "while True: pass")
+    busy = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
     try:
+        busy.stdout.readline()  # pinned, and about to spin
+        time.sleep(0.2)
         placed = [_cpu.team_cpus(2) for _ in range(100)]
     finally:
         busy.kill()
