@@ -1,3 +1,4 @@
+// TeamCpus (team.h) on Linux's sched_getcpu and thread affinity; elsewhere it does nothing.
 #include "team.h"
 
 #include <algorithm>

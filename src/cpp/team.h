@@ -1,14 +1,15 @@
 // A parallel region's threads on distinct CPUs.
 //
-// Threads that wait for work sleep (OMP_WAIT_POLICY=passive, volsample/_cpu/__init__.py), so each region
-// wakes its team, and Linux tends to wake a thread on the CPU of the thread that wakes it
-// when no CPU is idle. With one core busy in another process, a 2-thread region then often
-// runs both threads on the caller's CPU, and the load balancer leaves them there: moving
-// one beside the busy process looks no better to it. The region then takes a thread's
-// time or more (measured: benchmarks/busy_core.py, docs/performance.md). TeamCpus moves a
-// woken thread that finds a team-mate on its CPU to a CPU of its affinity mask that none
-// of the team is on, then gives the mask back: the thread's mask is unchanged, only where
-// it runs. Elsewhere than Linux, and where no such CPU is allowed, it does nothing.
+// Threads that wait for work sleep (OMP_WAIT_POLICY=passive: volsample/_cpu/__init__.py),
+// so each region wakes its team, and Linux tends to wake a thread on the CPU of the thread
+// that wakes it when no CPU is idle. With one core busy in another process, a 2-thread
+// region then often runs both threads on the caller's CPU, and the load balancer leaves
+// them there: moving one beside the busy process looks no better to it. The region then
+// takes a thread's time or more (measured: benchmarks/busy_core.py, docs/performance.md).
+// TeamCpus moves a woken thread that finds a team-mate on its CPU to a CPU of its affinity
+// mask that none of the team is on, then gives the mask back: the thread's mask is
+// unchanged, only where it runs. Elsewhere than Linux, and where no such CPU is allowed,
+// it does nothing.
 #pragma once
 
 #include <atomic>
