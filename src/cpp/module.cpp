@@ -145,7 +145,8 @@ NB_MODULE(_kernels, m) {
   m.def(
       "team_cpus",
       [](int threads) {
-        std::vector<int> cpus(size_t(std::max(threads, 1)), -1);
+        threads = std::max(threads, 1);  // OpenMP takes no team of fewer
+        std::vector<int> cpus(size_t(threads), -1);
         vs::TeamCpus team(threads);
 #pragma omp parallel num_threads(threads)
         {
