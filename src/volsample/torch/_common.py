@@ -488,17 +488,40 @@ def below_autograd(op, *args):
 
 
 def direct(args) -> bool:
-    """Whether a call may skip the dispatcher: ``nothing_watches`` and every tensor a plain
-    strided CPU tensor without a lazy negation or zero-tensor flag (the dispatcher
-    resolves those first)."""
+    """Whether a call may skip the dispatcher: ``nothing_watches`` and every tensor
+    ``plain_cpu``."""
     if not nothing_watches():
         return False
     for a in args:  # a loop, not all(...): a generator costs more than these tests
-        if isinstance(a, torch.Tensor) and (
-                type(a) is not torch.Tensor or not a.is_cpu or a.layout is not torch.strided
-                or a.is_neg() or a._is_zerotensor() or _is_functorch_wrapped(a)):
+        if isinstance(a, torch.Tensor) and not plain_cpu(a):
             return False
     return True
+
+
+def plain_cpu(t: torch.Tensor) -> bool:
+    """Whether ``t`` is what the fast paths are written for, a dense CPU tensor with
+    storage and nothing lazy about it: the one rule of every direct call. Its dispatch
+    keys say it in one test: any other key is work the dispatcher does first or a tensor
+    whose memory is not its elements (a legacy or functorch batched tensor, a grad
+    wrapper, a Python subclass with ``__torch_dispatch__``, a conjugate or negative view,
+    a zero tensor, meta, sparse or nested). Subclasses (FakeTensor, a user's) take the
+    general path too; ``nn.Parameter`` is a plain tensor."""
+    return type(t) in _PLAIN_TYPES and _dispatch_keys(t) in _PLAIN_CPU_KEYS
+
+
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+_dispatch_keys = torch._C._dispatch_keys
+
+
+def _plain_cpu_keys() -> tuple:
+    """The dispatch keys of a plain CPU tensor (CPU, ADInplaceOrView, AutogradCPU,
+    AutocastCPU) and of one made under ``torch.inference_mode`` (no autograd keys)."""
+    with torch.inference_mode():
+        inference = torch.empty(0)
+    return _dispatch_keys(torch.empty(0)), _dispatch_keys(inference)
+
+
+_PLAIN_CPU_KEYS = _plain_cpu_keys()
 
 
 def nothing_watches() -> bool:
@@ -517,7 +540,6 @@ _function_modes = torch._C._is_torch_function_mode_enabled
 _transforms_active = torch._C._are_functorch_transforms_active
 _tracing_state = torch._C._get_tracing_state
 _profiler = torch.autograd.profiler
-_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
 _is_compiling = torch.compiler.is_compiling
 
 
@@ -612,15 +634,26 @@ class Function(torch.autograd.Function):
 
     @classmethod
     def apply(cls, *args, **kwargs):
-        if (kwargs or len(args) < _positional_count(cls)
-                or torch._C._are_functorch_transforms_active()):
-            return super().apply(*args, **kwargs)  # defaults to fill in, or transforms
+        if torch._C._are_functorch_transforms_active():
+            return super().apply(*(_Leaf(a) if isinstance(a, (list, tuple)) else a
+                                   for a in args), **kwargs)
+        if kwargs or len(args) < _positional_count(cls):
+            return super().apply(*args, **kwargs)  # defaults to fill in
         # Tensors that escaped a finished transform lose its wrappers (as Function.apply does).
         args = tuple(_unwrap_if_dead(a) if isinstance(a, torch.Tensor) else a for a in args)
         return super(torch.autograd.Function, cls).apply(*args)  # the C++ apply
 
 
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
+class _Leaf(tuple):
+    """A Function's list argument (sizes, scales, an output mask) as one leaf of torch's
+    pytrees, as the Functions hand it to their ops (which take it as the list it holds).
+    Under torch.func transforms, the jvp of a Function's generated vmap rule pairs the
+    pytree leaves of its inputs with one tangent per input (PyTorch 2.13's
+    ``get_tangents_in_dims``): a list of k items would shift every later tangent, which
+    broke ``jacfwd(jacrev(...))`` and ``torch.func.hessian``."""
 
 
 @functools.cache

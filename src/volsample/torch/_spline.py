@@ -3,11 +3,12 @@
 
 The prefilter is linear: its backward is its exact adjoint (``spline_coefficients_adjoint``),
 and the adjoint's own backward the prefilter again, so derivatives of any order and both AD
-modes hold. CPU tensors run the NumPy functions on views of their memory (float64, rounded
-once to the volume's dtype). Tensors on other devices (CUDA) run the same linear map in
-torch ops there: along each axis, the inverse of the axis' tridiagonal system (computed
-once per size in float64 on the host) applied as a matrix product in float64, which agrees
-with the NumPy solve to float64 round-off, rounded once to the volume's dtype.
+modes hold. Plain CPU tensors run the NumPy functions on views of their memory (float64,
+rounded once to the volume's dtype). Other tensors (on CUDA, or batched by PyTorch's
+gradient checks) run the same linear map in torch ops: along each axis, the inverse of
+the axis' tridiagonal system (computed once per size in float64 on the host) applied as a
+matrix product in float64, which agrees with the NumPy solve to float64 round-off, rounded
+once to the volume's dtype.
 """
 from __future__ import annotations
 
@@ -25,16 +26,17 @@ SPLINE = "spline_coefficients"  # the operator, in errors (volsample's own words
 
 def _filter(volume, padding: int, align_corners: bool, adjoint: bool):
     """The prefilter (or its adjoint) of ``volume``: its shape, dtype and memory format."""
+    if not _common.plain_cpu(volume):  # on CUDA, or batched by PyTorch's gradient checks
+        out = torch.empty_like(volume)  # the volume's memory format
+        return out.copy_(_device_filter(volume, padding, align_corners, adjoint))
     out = _common.empty_volume(volume.shape, volume)
     if volume.numel() == 0:
         return out
-    if volume.is_cpu:
-        function = spline.spline_coefficients_adjoint if adjoint else spline.spline_coefficients
-        coefficients = function(_common.read_only_array(volume), PADDINGS.of(padding).name,
-                                align_corners)
-        _common.writable_array(out)[...] = coefficients  # type: ignore[index]  # not None
-        return out
-    return out.copy_(_device_filter(volume, padding, align_corners, adjoint))
+    function = spline.spline_coefficients_adjoint if adjoint else spline.spline_coefficients
+    coefficients = function(_common.read_only_array(volume), PADDINGS.of(padding).name,
+                            align_corners)
+    _common.writable_array(out)[...] = coefficients  # type: ignore[index]  # not None
+    return out
 
 
 def _device_filter(volume, padding: int, align_corners: bool, adjoint: bool):

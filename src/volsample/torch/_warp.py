@@ -230,6 +230,14 @@ def base_grid(size, align_corners, dtype, device) -> torch.Tensor:
     return torch.stack([x, y, z, torch.ones_like(x)], -1).to(dtype)
 
 
+def _affine(base: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
+    """theta (N, 3, 4) applied to the homogeneous base grid (D, H, W, 4): (N, D, H, W, 3).
+    A matrix product and a reshape (not einsum or unflatten, which have no rule in PyTorch's
+    legacy batching, the one ``autograd.grad(..., is_grads_batched=True)`` uses)."""
+    grid = base.reshape(-1, 4) @ theta.transpose(-1, -2)
+    return grid.reshape(*theta.shape[:-2], *base.shape[:3], 3)
+
+
 def displacement_scale(input_spatial, align_corners, units, dtype, device) -> torch.Tensor:
     """Normalised units per displacement unit, channels (x, y, z)."""
     D, H, W = input_spatial
@@ -245,8 +253,7 @@ def stored_grid(input, theta, displacement, size, align_corners, units) -> torch
     dtype = given.dtype if given is not None else torch.promote_types(input.dtype, torch.float32)
     grid = base_grid(size, align_corners, dtype, input.device)[None, ..., :3]
     if theta is not None:
-        grid = torch.einsum("dhwj,nkj->ndhwk", base_grid(size, align_corners, dtype, input.device),
-                            theta)
+        grid = _affine(base_grid(size, align_corners, dtype, input.device), theta)
     if displacement is not None:
         grid = grid + displacement * displacement_scale(input.shape[2:], align_corners, units,
                                                         dtype, input.device)
@@ -258,7 +265,7 @@ def _grid_tangent(theta_tangent, displacement_tangent, size, input, align_corner
     tangent = None
     if theta_tangent is not None:
         base = base_grid(size, align_corners, theta_tangent.dtype, input.device)
-        tangent = torch.einsum("dhwj,nkj->ndhwk", base, theta_tangent)
+        tangent = _affine(base, theta_tangent)
     if displacement_tangent is not None:
         step = displacement_tangent * displacement_scale(
             input.shape[2:], align_corners, units, displacement_tangent.dtype, input.device)
@@ -358,7 +365,7 @@ def _composed_backward(grad_output, input, theta, displacement, ctx, mask):
     grad_theta = grad_displacement = None
     if want_theta:
         base = base_grid(size, align_corners, grad_grid.dtype, input.device)
-        grad_theta = torch.einsum("ndhwk,dhwj->nkj", grad_grid, base)
+        grad_theta = grad_grid.flatten(1, 3).transpose(1, 2) @ base.reshape(-1, 4)
     if want_displacement:
         grad_displacement = grad_grid * displacement_scale(
             input.shape[2:], align_corners, ctx.units, grad_grid.dtype, input.device)

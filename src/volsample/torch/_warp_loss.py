@@ -70,14 +70,21 @@ class _WarpMSELoss(torch.autograd.Function):
         ctx.spent = True
         gradients = ctx.saved_tensors
         if not _is_one(grad_loss):
-            gradients = tuple(None if g is None else g.mul_(grad_loss) for g in gradients)
+            # Scaled in place (they are the loss's own), except by a batch of incoming
+            # gradients (autograd.grad(..., is_grads_batched=True)): a batch of each then.
+            batched = not torch.compiler.is_compiling() and _is_legacy_batched(grad_loss)
+            gradients = tuple(None if g is None else g * grad_loss if batched
+                              else g.mul_(grad_loss) for g in gradients)
         return gradients + (None,) * 6
 
 
+_is_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
+
+
 def _is_one(t: torch.Tensor) -> bool:
-    """Whether ``t`` is known to be 1 (``loss.backward()``'s seed): a CPU scalar, read
-    where nothing traces it."""
-    return t.is_cpu and not torch.compiler.is_compiling() and t.item() == 1
+    """Whether ``t`` is known to be 1 (``loss.backward()``'s seed): a plain CPU scalar,
+    read where nothing traces it."""
+    return not torch.compiler.is_compiling() and _common.plain_cpu(t) and t.item() == 1
 
 
 def _loss_and_gradients(input, target, theta, displacement, sampling, reduction, wanted):
