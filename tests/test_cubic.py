@@ -413,7 +413,7 @@ def test_bench_peers_compute_the_bspline(direction):
     """The cubic benchmarks time the same work: SciPy's map_coordinates(order=3,
     prefilter=False) and torch-interpol's grid_pull(interpolation=3) (if installed) equal
     volsample's bspline on the workload's inputs (border padding, align_corners)."""
-    from volsample import bench
+    from volsample.apps import bench
 
     (workload,) = [w for w in bench.suite(shrink=16)
                    if w.name.startswith(f"grid.{direction} bspline")]

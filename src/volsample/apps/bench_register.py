@@ -406,7 +406,7 @@ def tool_versions() -> dict[str, str | None]:
     """{tool: its package's version, or None when it is not installed}."""
     import importlib.metadata
 
-    from . import __version__
+    from .. import __version__
 
     packages = {"ants-syn": "antspyx"}
     versions: dict[str, str | None] = {"volsample": __version__}

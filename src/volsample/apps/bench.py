@@ -56,8 +56,8 @@ import numpy as np
 
 import volsample
 
-from . import _dtypes
-from ._progress import ProgressBar
+from .. import _dtypes
+from .._progress import ProgressBar
 
 PEERS = ("volsample-grid", "volsample-warp", "volsample-trilinear", "pytorch", "scipy",
          "torch-interpol", "volresample", "simpleitk", "jax", "affiners", "volsample-numpy",
@@ -466,7 +466,7 @@ def _warp_workload(name, N, C, spatial, quick=False):
     volume_bytes = N * C * int(np.prod(spatial)) * 4
 
     def build():
-        from . import _reference
+        from .. import _reference
 
         x, theta = _volume((N, C) + spatial, np.float32), affine_theta(N)
         grid = _reference.affine_grid(theta, spatial).astype(np.float32)
@@ -544,7 +544,7 @@ _STEP_CHILD = r"""
 import gc, json, sys
 import torch
 import volsample
-from volsample.bench import registration_step, step_operands
+from volsample.apps.bench import registration_step, step_operands
 
 variant, N, C, spatial, threads, loss = json.loads(sys.argv[1])
 torch.set_num_threads(threads)
@@ -886,7 +886,7 @@ def cpu_model() -> str:
 
 
 def machine_info(threads):
-    from . import _cpu
+    from .. import _cpu
 
     return {"python": platform.python_version(), "machine": platform.machine(),
             "processor": platform.processor(), "cpu": cpu_model(),
