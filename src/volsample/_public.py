@@ -15,7 +15,7 @@ from types import ModuleType
 
 # Command-line modules: documented by their --help.
 COMMAND_LINE = frozenset({"volsample.cli", "volsample.apps.register", "volsample.apps.bench",
-                          "volsample.__main__"})
+                          "volsample.apps.triton_aot", "volsample.__main__"})
 # Modules documented under another name, which is the same module: the applications'
 # registration is volsample.registration.
 ALIASED = frozenset({"volsample.apps.registration"})
