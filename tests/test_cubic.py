@@ -292,7 +292,7 @@ def test_thread_counts_give_the_same_bits(strategy, mode, padding_mode, align_co
     every plane, so it keeps one slab). "tilted" rows climb a few planes along x, so that
     rows reach two slabs, and the slab that does not compute a row's grid gradient skips
     the row's blocks that reach none of its planes."""
-    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
     rng = np.random.default_rng(14)
     n = 3 if strategy == "batches" else 1
     shape = (40, 5, 70) if strategy == "tilted" else (40, 5, 7)
