@@ -25,7 +25,8 @@ WORKLOADS = ["grid.bwd smooth N1 C1 96x112x96", "grid.fwd smooth N1 C8 96x112x96
 
 def child(names, threads):
     import volsample
-    from volsample import _cpu, bench
+    from volsample import _cpu
+    from volsample.apps import bench
 
     volsample.set_num_threads(threads)
     chosen = [w for w in bench.suite() if w.name in names]

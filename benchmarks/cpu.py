@@ -1,6 +1,6 @@
 """CPU benchmarks of the four NumPy operators beside PyTorch, SciPy, volresample, SimpleITK
 and JAX (each where installed), in one process, through the shared harness
-(``volsample.bench``, also ``volsample bench``).
+(``volsample.apps.bench``, also ``volsample bench``).
 
     python benchmarks/cpu.py [--threads 2] [--filter PATTERN] [--json FILE]
 
@@ -10,7 +10,7 @@ peer time / volsample time for every workload of the suite.
 import argparse
 import sys
 
-from volsample import bench
+from volsample.apps import bench
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

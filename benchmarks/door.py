@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 import volsample
-from volsample import bench
+from volsample.apps import bench
 
 
 def measure(threads: int, runs: int) -> dict:

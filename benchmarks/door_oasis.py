@@ -27,7 +27,7 @@ import torch
 
 import volsample
 import volsample.torch as vt
-from volsample import bench
+from volsample.apps import bench
 
 
 def workloads(shrink: int = 1) -> dict:

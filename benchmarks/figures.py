@@ -7,14 +7,14 @@
 
 The recorded file is the one source of the figures: README's table (between the markers
 below) and the documentation's benchmark page (docs/examples/plot_benchmark.py) are drawn
-from it. A new workload in ``volsample.bench.suite()`` appears in both after ``--record``.
+from it. A new workload in ``volsample.apps.bench.suite()`` appears in both after ``--record``.
 """
 import argparse
 import subprocess
 import sys
 from pathlib import Path
 
-from volsample import bench
+from volsample.apps import bench
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = ROOT / "benchmarks" / "results" / "cpu.json"

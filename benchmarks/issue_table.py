@@ -1,5 +1,6 @@
-"""The grid backward's table: volsample against PyTorch in one process (``volsample.bench``),
-the workloads of the backward's targets, at 1 and 2 threads, medians of several runs.
+"""The grid backward's table: volsample against PyTorch in one process
+(``volsample.apps.bench``), the workloads of the backward's targets, at 1 and 2 threads,
+medians of several runs.
 
     python benchmarks/issue_table.py [--runs 3] [--threads 1 2] [--json FILE]
 
@@ -12,7 +13,7 @@ import sys
 
 import numpy as np
 
-from volsample import bench
+from volsample.apps import bench
 
 WORKLOADS = {
     1: ["grid.bwd smooth N1 C1 96x112x96", "grid.bwd smooth N1 C8 96x112x96"],

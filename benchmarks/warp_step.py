@@ -1,7 +1,7 @@
 """The warp figures of the README: time and peak memory of one registration step.
 
 A step samples a 160x192x224 image at A x + u(x), takes the MSE to a target and the
-gradients for theta and u (``volsample.bench.registration_step``): with
+gradients for theta and u (``volsample.apps.bench.registration_step``): with
 ``volsample.torch.warp_mse_loss`` (the warp and the MSE at once, slab by slab), and as a
 warp then ``F.mse_loss`` (the peak memory also with the MSE written out,
 ``((w - t) ** 2).mean()``): ``volsample.torch.warp`` (no grid), and
@@ -9,7 +9,7 @@ warp then ``F.mse_loss`` (the peak memory also with the MSE written out,
 ``F.grid_sample``. Times are the bench harness's
 (``volsample bench --filter warp``: one process, interleaved rounds, medians; the affine
 warp forward too); the peak memory is each variant's peak resident-set growth over one
-step in a child process of its own (``volsample.bench.step_peak_memory``, Linux), the
+step in a child process of its own (``volsample.apps.bench.step_peak_memory``, Linux), the
 median of three. Run: ``python benchmarks/warp_step.py [--threads N] [--runs N]``.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import argparse
 
 import numpy as np
 
-from volsample import bench
+from volsample.apps import bench
 
 VARIANTS = ("volsample", "volsample-warp", "volsample-grid", "pytorch")
 LOSSES = ("mse_loss", "square")  # F.mse_loss, and ((w - t) ** 2).mean()

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from volsample import bench, cli
+from volsample import cli
+from volsample.apps import bench
 
 torch = pytest.importorskip("torch")
 
@@ -238,7 +239,7 @@ def test_demo_says_where_it_wrote_its_files(tmp_path, capsys):
     ((0.0, 0.0), "0.000 -> 0.000"),
 ])
 def test_similarity_before_and_after_share_their_precision(values, expected):
-    from volsample import register
+    from volsample.apps import register
 
     assert register._change("similarity (ncc)", values) == f"similarity (ncc): {expected}"
 

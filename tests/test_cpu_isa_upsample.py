@@ -88,14 +88,14 @@ def test_every_isa_gives_the_scalar_bits(case, dtype, restore_isa):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_thread_count_does_not_change_bits(dtype, restore_isa, monkeypatch):
-    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)  # small inputs use all threads
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)  # small inputs use all threads
     threads = sorted({1, 2, 3, volsample.get_num_threads()})
     for case in (0, 4):
         shape, kwargs, layout = CASES[case]
         x, g = operands(shape, kwargs, layout, dtype, seed=10 + case)
         per_count = []
         for n in threads:
-            monkeypatch.setattr(volsample._config, "_num_threads", n)
+            monkeypatch.setattr(volsample._cpu, "_num_threads", n)
             per_count.append(results(x, g, kwargs, layout))
         for n, got in zip(threads[1:], per_count[1:]):
             for k, (ours, want) in enumerate(zip(got, per_count[0])):

@@ -292,7 +292,7 @@ def test_thread_counts_give_the_same_bits(strategy, mode, padding_mode, align_co
     every plane, so it keeps one slab). "tilted" rows climb a few planes along x, so that
     rows reach two slabs, and the slab that does not compute a row's grid gradient skips
     the row's blocks that reach none of its planes."""
-    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
     rng = np.random.default_rng(14)
     n = 3 if strategy == "batches" else 1
     shape = (40, 5, 70) if strategy == "tilted" else (40, 5, 7)
@@ -413,7 +413,7 @@ def test_bench_peers_compute_the_bspline(direction):
     """The cubic benchmarks time the same work: SciPy's map_coordinates(order=3,
     prefilter=False) and torch-interpol's grid_pull(interpolation=3) (if installed) equal
     volsample's bspline on the workload's inputs (border padding, align_corners)."""
-    from volsample import bench
+    from volsample.apps import bench
 
     (workload,) = [w for w in bench.suite(shrink=16)
                    if w.name.startswith(f"grid.{direction} bspline")]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from volsample import bench
+from volsample.apps import bench
 from volsample._tables import MODES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -239,7 +239,7 @@ def test_nearest_rounds_half_to_even():
 
 @pytest.mark.parametrize("mode,padding_mode,align_corners", ALL_MODES)
 def test_bitwise_identical_for_any_thread_count(mode, padding_mode, align_corners, monkeypatch):
-    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)  # small inputs use all threads
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)  # small inputs use all threads
     rng = np.random.default_rng(9)
     x = rng.standard_normal((2, 3, 6, 5, 4)).astype(np.float32)
     # Many points crowd into few voxels, so the order of the input-gradient sums matters.
@@ -364,7 +364,7 @@ def test_large_results_streamed_past_the_caches_keep_the_bits(padding_mode, dtyp
     # each SIMD build writes its whole vectors with non-temporal stores. PyTorch's bits, for
     # any thread count; and the same bits from a result one element off a line, whose vectors
     # it stores plainly.
-    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
     rng = np.random.default_rng(21)
     x = rng.standard_normal((1, 4, 16, 20, 24)).astype(dtype)
     grid = rng.uniform(-1.2, 1.2, (1, 64, 64, 128, 3)).astype(dtype)
@@ -414,7 +414,7 @@ def _strategy_case(strategy, rng):
 def test_backward_parallel_strategies(strategy, mode, padding_mode, align_corners, monkeypatch):
     """Every way the backward splits work across threads gives the one-thread bits, and
     PyTorch's values; the inputs do reach the strategy they are named after."""
-    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
     x, grid, grad_out = _strategy_case(strategy, np.random.default_rng(14))
     call = _calls.grid_sample(_calls.operand("input", x), _calls.operand("grid", grid),
                               MODE_CODE[mode], PADDING_CODE[padding_mode], align_corners)
@@ -449,7 +449,7 @@ def test_backward_slabs_with_points_far_outside(far, mode, padding_mode, align_c
     """Rows whose points lie far outside [-1, 1] (reflection folds them back in, border
     clips them to an end plane, zeros drops them) are sent to the slabs their points
     really touch: two threads give the one-thread bits and PyTorch's values."""
-    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
     rng = np.random.default_rng(15)
     x = rng.standard_normal((1, 2, 8, 5, 6)).astype(np.float32)
     axes = [np.linspace(-1, 1, size) for size in (8, 5, 6)]

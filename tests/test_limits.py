@@ -20,7 +20,7 @@ from helpers import assert_bitwise_equal, assert_close, numpy_array, torch_tenso
 
 import volsample
 import volsample.torch as vt
-from volsample import _config, aclnn
+from volsample import _cpu, aclnn
 from volsample import _reference as reference
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -44,9 +44,9 @@ def check(name, actual, expected, dtype):
 def all_threads(monkeypatch):
     """Make even tiny calls split their work over every thread (small calls otherwise run
     single-threaded, which would hide an order-dependent sum), and restore the count."""
-    monkeypatch.setattr(_config, "MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(_cpu, "MIN_WORK_PER_THREAD", 1)
     before = volsample.get_num_threads()
-    yield sorted({1, min(2, _config._MAX_THREADS), _config._MAX_THREADS})
+    yield sorted({1, min(2, _cpu._MAX_THREADS), _cpu._MAX_THREADS})
     volsample.set_num_threads(before)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import subprocess
+import sys
 from importlib import resources
 
 import pytest
@@ -58,3 +60,32 @@ def test_the_rule_finds_the_front_doors():
 
 def test_package_is_marked_typed():
     assert resources.files("volsample").joinpath("py.typed").is_file()
+
+
+def _run_python(code: str) -> None:
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_registration_keeps_its_public_name():
+    """``volsample.registration`` is the applications' registration module itself, not a
+    copy (what is set on one name, the other reads), in either import order, and it is
+    documented once, under that name."""
+    _run_python("from volsample import registration\n"
+                "import volsample.apps.registration as home\n"
+                "assert registration is home, registration")
+    _run_python("import volsample.apps.registration as home, volsample.registration\n"
+                "assert volsample.registration is home, volsample.registration")
+    assert "volsample.apps.registration" not in _public.module_names()
+
+
+def test_the_library_imports_no_application():
+    """The applications' wing stands above the library: importing the front doors loads
+    none of its modules."""
+    _run_python("import importlib, sys\n"
+                "for name in ('volsample', 'volsample.aclnn', 'volsample.dask', 'volsample.torch'):\n"
+                "    try:\n"
+                "        importlib.import_module(name)\n"
+                "    except ImportError:  # an optional dependency (torch, dask) is missing\n"
+                "        pass\n"
+                "apps = [m for m in sys.modules if m.startswith('volsample.apps')]\n"
+                "assert not apps, apps")

@@ -37,7 +37,7 @@ THREADS = (1, 2)
 def all_threads(monkeypatch):
     """Small inputs run on every thread asked for (else 2 threads would quietly be 1); the
     ISA and thread count in use are restored afterwards."""
-    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
     isa, threads = _cpu.isa(), volsample.get_num_threads()
     yield
     _cpu.set_isa(isa)
@@ -53,7 +53,7 @@ def each_setting(two_thread_layout):
         if threads > 1 and layout != two_thread_layout:
             continue
         _cpu.set_isa(isa)
-        volsample.set_num_threads(min(threads, volsample._config._MAX_THREADS))
+        volsample.set_num_threads(min(threads, volsample._cpu._MAX_THREADS))
         yield layout, f"{layout}, {isa}, {threads} thread(s)"
 
 

@@ -582,7 +582,7 @@ def test_progress_bar_disabled_prints_nothing(capsys):
 def _tiny_template_pair():
     """A TemplatePair built like the benchmark's, on a smooth random volume instead of the
     MNI template: fixed 2 mm, moving 3 mm, the known map moving it."""
-    from volsample import bench_register as br
+    from volsample.apps import bench_register as br
 
     shape = (20, 22, 18)
     fixed = _smooth_volume(shape, 20, np.float32)
@@ -606,7 +606,7 @@ def _tiny_template_pair():
 def test_bench_map_error_is_zero_for_the_known_maps_inverse():
     # psi = phi^-1 on the fixed grid (Newton steps on phi(y) = x) scores 0; psi = the
     # identity scores the unregistered error, the known map's mean move (several mm).
-    from volsample import bench_register as br
+    from volsample.apps import bench_register as br
 
     pair = _tiny_template_pair()
     x = br._world(pair.fixed.shape, pair.fixed_affine)
@@ -621,7 +621,7 @@ def test_bench_map_error_is_zero_for_the_known_maps_inverse():
 
 
 def test_bench_dice_per_label_exact_case():
-    from volsample import bench_register as br
+    from volsample.apps import bench_register as br
 
     a = np.array([0, 1, 1, 2, 2, 2])
     b = np.array([1, 1, 0, 2, 2, 1])
@@ -633,7 +633,7 @@ def test_bench_volsample_with_no_steps_scores_as_the_headers(tmp_path):
     # volsample register with every step count 0 keeps T = I and d = 0: its files, read
     # back by the benchmark (psi = T(x + d(x)), the labels warped nearest), must score
     # exactly as the headers' alignment does; the child reports its peak memory.
-    from volsample import bench_register as br
+    from volsample.apps import bench_register as br
 
     pair = _tiny_template_pair()
     paths = br.write_pair(pair, str(tmp_path))
@@ -662,7 +662,7 @@ def test_similarity_value_alone_matches_the_value_with_its_gradient(loss):
 
 
 def test_bench_register_without_nilearn_is_one_line_and_exit_2(monkeypatch, capsys):
-    from volsample import bench_register as br
+    from volsample.apps import bench_register as br
 
     def missing():
         raise ImportError("the registration benchmark needs nilearn's MNI152 template: "
@@ -682,7 +682,7 @@ def test_nifti_gzip_written_on_threads_is_one_gzip_member_of_the_same_bytes(tmp_
     # stream: Python's gzip and nibabel read back exactly what nibabel would write.
     gzip = pytest.importorskip("gzip")
     nib = pytest.importorskip("nibabel")
-    from volsample import register as cli_register
+    from volsample.apps import register as cli_register
 
     rng = np.random.default_rng(50)
     data = rng.standard_normal((97, 101, 103)).astype(np.float32)  # 4.03 MB: over 4 MiB
@@ -707,7 +707,7 @@ def test_nifti_gzip_stores_what_barely_compresses_and_deflates_the_rest(tmp_path
     # Float noise (a field's low mantissa bits) shrinks by under an eighth: stored blocks,
     # a little over the raw bytes; a label map's runs deflate to a fraction. Both read back.
     nib = pytest.importorskip("nibabel")
-    from volsample import register as cli_register
+    from volsample.apps import register as cli_register
 
     rng = np.random.default_rng(51)
     shape = (90, 100, 120)  # 4.3 MB of float32: two chunks

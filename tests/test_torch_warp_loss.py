@@ -18,7 +18,7 @@ from helpers import assert_bitwise_equal
 import volsample
 import volsample.torch as vt
 from volsample.torch import _warp_loss
-from volsample.torch._warp import _describe
+from volsample.torch._warp_call import describe
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_matches_pytorch_and_its_gradients(thin_slabs, monkeypatch, mode, paddin
     tensors = operands()
     if not input_grad:
         tensors = (tensors[0].detach(),) + tensors[1:]
-    call = _describe(*(t.detach() for t in (tensors[0], tensors[2], tensors[3])), [9, 5, 6],
+    call = describe(*(t.detach() for t in (tensors[0], tensors[2], tensors[3])), [9, 5, 6],
                      0, 0, False, 0)
     assert len(_warp_loss._slabs(call)) == 4  # the slabs are really cut
     slabs = count_slab_backwards(monkeypatch)
@@ -227,7 +227,7 @@ def test_bad_input_names_the_argument(case, argument):
 
 _STEP_PEAK = r"""
 import json, sys, torch, volsample
-from volsample.bench import registration_step, step_operands
+from volsample.apps.bench import registration_step, step_operands
 variant, spatial = json.loads(sys.argv[1])
 operands = step_operands(1, 1, tuple(spatial))
 registration_step(variant, *operands)
@@ -255,7 +255,7 @@ def test_a_step_holds_little_beyond_the_displacement_gradient():
         peaks[variant] = int(proc.stdout.splitlines()[-1])
     points = int(np.prod(spatial))
     gradient = 3 * 4 * points
-    call = _describe(torch.empty((1, 1) + spatial), None, None, list(spatial), 0, 0, False, 0)
+    call = describe(torch.empty((1, 1) + spatial), None, None, list(spatial), 0, 0, False, 0)
     slab = 4 * points // spatial[0] * max(s.stop - s.start for s in _warp_loss._slabs(call))
     assert peaks["volsample"] <= gradient + 2 * slab + (2 << 20), peaks
     assert peaks["volsample-warp"] >= gradient + 4 * points, peaks  # the warped volume's gradient

@@ -1,5 +1,5 @@
 """The Triton kernels compiled ahead of time for NVIDIA GPUs, sm_80 and sm_90, on this CPU
-(``volsample._triton.aot``: Triton's compiler, ptxas and cuobjdump; no GPU needed).
+(``volsample.apps.triton_aot``: Triton's compiler, ptxas and cuobjdump; no GPU needed).
 
 Every specialization the launchers ask for in a sweep must compile, keep no stack frame
 or local memory (no spills), have no atomic where a reproducible call launched it, and
@@ -46,7 +46,7 @@ def _child_env():
 
 def _sweep(tmp_path, strength, timeout):
     out = tmp_path / "results.json"
-    run = subprocess.run([sys.executable, "-m", "volsample._triton.aot", "--strength",
+    run = subprocess.run([sys.executable, "-m", "volsample.apps.triton_aot", "--strength",
                           str(strength), "--jobs", "2", "--json", str(out)],
                          capture_output=True, text=True, env=_child_env(), timeout=timeout)
     assert out.exists(), run.stdout[-4000:] + run.stderr[-4000:]
@@ -99,7 +99,7 @@ _PROBES = textwrap.dedent("""
     import json
     import triton
     import triton.language as tl
-    from volsample._triton import aot
+    from volsample.apps import triton_aot as aot
 
     @triton.jit
     def divides(x, out, d, BLOCK: tl.constexpr):
@@ -158,7 +158,7 @@ def test_a_sweep_of_some_modes_rewrites_its_own_section(tmp_path):
     """``--modes`` sweeps grid sampling in those modes alone; its table replaces its own
     section of the markdown file and keeps the rest. CI's sweep leaves the cubic modes
     out, every other sweep has them."""
-    from volsample._triton import aot
+    from volsample.apps import triton_aot as aot
 
     cubic = ("bicubic", "bspline")
     rows = aot.sweep(0, cubic)

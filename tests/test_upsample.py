@@ -184,7 +184,7 @@ def test_forward_in_bands_bitwise_like_torch(monkeypatch):
     # of one dst row (each with its own halo of source rows), and its 8.6 MB result is
     # written past the caches. Neither may change a bit: PyTorch's (from NCDHW, as above),
     # for any thread count.
-    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
     rng = np.random.default_rng(12)
     x = rng.standard_normal((1, 600, 4, 7, 16)).astype(np.float32)
     expected = torch_forward(x, (8, 14, 32), False, (None,) * 3)
@@ -367,7 +367,7 @@ def test_any_strides(layout):
 
 @pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
 def test_thread_count_does_not_change_bits(layout, monkeypatch):
-    monkeypatch.setattr(volsample._config, "MIN_WORK_PER_THREAD", 1)  # small inputs use all threads
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)  # small inputs use all threads
     rng = np.random.default_rng(10)
     # N = C = 1: the work is split along D alone.
     cases = [((1, 1, 9, 12, 10), (19, 23, 21)), ((2, 3, 12, 7, 9), (5, 14, 20))]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import volsample
-from volsample import _config, _cpu, _layout, upsample_trilinear_3d, upsample_trilinear_3d_backward
+from volsample import _cpu, _layout, upsample_trilinear_3d, upsample_trilinear_3d_backward
 from volsample._cpu import upsample as kernels
 
 SHAPE = (9, 11, 13)  # the input: odd sizes, none alike
@@ -34,7 +34,7 @@ CASES = [
 def test_window_is_that_part_of_the_whole_output_and_its_adjoint(size, first, window,
                                                                 align_corners, dtype, layout,
                                                                 monkeypatch):
-    monkeypatch.setattr(_config, "MIN_WORK_PER_THREAD", 1)  # even these split their work
+    monkeypatch.setattr(_cpu, "MIN_WORK_PER_THREAD", 1)  # even these split their work
     rng = np.random.default_rng(5)
     channels = 3
     physical = (1, channels) + SHAPE if layout == "NCDHW" else (1,) + SHAPE + (channels,)

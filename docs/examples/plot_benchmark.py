@@ -13,7 +13,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from volsample import bench
+from volsample.apps import bench
 
 # %%
 # The recorded run

@@ -14,8 +14,11 @@ import pkgutil
 from types import ModuleType
 
 # Command-line modules: documented by their --help.
-COMMAND_LINE = frozenset({"volsample.cli", "volsample.register", "volsample.bench",
-                          "volsample.__main__"})
+COMMAND_LINE = frozenset({"volsample.cli", "volsample.apps.register", "volsample.apps.bench",
+                          "volsample.apps.triton_aot", "volsample.__main__"})
+# Modules documented under another name, which is the same module: the applications'
+# registration is volsample.registration.
+ALIASED = frozenset({"volsample.apps.registration"})
 
 
 def module_names() -> list[str]:
@@ -30,7 +33,8 @@ def module_names() -> list[str]:
     while packages:
         package = packages.pop(0)
         for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
-            if info.name.rpartition(".")[2].startswith("_") or info.name in COMMAND_LINE:
+            if (info.name.rpartition(".")[2].startswith("_") or info.name in COMMAND_LINE
+                    or info.name in ALIASED):
                 continue
             names.append(info.name)
             if info.ispkg:

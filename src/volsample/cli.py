@@ -1,7 +1,8 @@
 """The ``volsample`` command line: demo, register, bench and info.
 
-Each subcommand's options and work live in its own module (``register``, ``bench``), as a
-pair ``add_<name>_arguments(parser)`` / ``run_<name>(args) -> exit code``; this module only
+Each subcommand's options and work live in its own module of the applications' wing
+(``volsample.apps.register``, ``volsample.apps.bench``), as a pair
+``add_<name>_arguments(parser)`` / ``run_<name>(args) -> exit code``; this module only
 wires them into one parser.
 """
 from __future__ import annotations
@@ -12,9 +13,9 @@ import sys
 
 # subcommand -> (module, one-line help)
 _SUBCOMMANDS = {
-    "demo": ("volsample.register", "register a built-in synthetic pair and report the result"),
-    "register": ("volsample.register", "register a moving volume to a fixed one"),
-    "bench": ("volsample.bench", "benchmark volsample against the peers installed"),
+    "demo": ("volsample.apps.register", "register a built-in synthetic pair and report the result"),
+    "register": ("volsample.apps.register", "register a moving volume to a fixed one"),
+    "bench": ("volsample.apps.bench", "benchmark volsample against the peers installed"),
     "info": ("volsample.cli", "version, threads, backends and devices found"),
 }
 
@@ -27,11 +28,11 @@ def run_info(args: argparse.Namespace) -> int:
     import numpy as np
 
     import volsample
-    from volsample import _config, _cpu
+    from volsample import _cpu
 
     print(f"volsample {volsample.__version__}")
     print(f"numpy {np.__version__}")
-    print(f"CPU threads: {volsample.get_num_threads()} (of {_config._MAX_THREADS})")
+    print(f"CPU threads: {volsample.get_num_threads()} (of {_cpu._MAX_THREADS})")
     print(f"CPU kernels: {_cpu.isa()} (this CPU runs: {', '.join(_cpu.supported_isas())})")
     print(f"deterministic GPU reductions: {volsample.get_deterministic()}")
     try:

@@ -1,5 +1,6 @@
 """The compiled C++ CPU core, one launcher module per operator family (``grid_sample``,
-``upsample``), over the nanobind extension ``_kernels``.
+``upsample``), over the nanobind extension ``_kernels``, and the thread count its launches
+take (``set_num_threads``, ``threads_for``).
 
 The kernels are built for several instruction sets (scalar C++, AVX2, AVX-512 on x86-64)
 and the best one this CPU runs is chosen when the module loads; the environment variable
@@ -39,6 +40,38 @@ team_cpus = _kernels.team_cpus  # where a region's threads run (team.h): tests, 
 # The C++ core's integer codes of the modes and paddings, as its kernels take them.
 MODES = _kernels.MODES
 PADDINGS = _kernels.PADDINGS
+
+# The thread count (volsample.set_num_threads). Every kernel call takes its count as an
+# argument (an OpenMP team of that size), so a call from any Python thread honours
+# set_num_threads, and calls from several Python threads at once each run a team of their
+# own.
+_MAX_THREADS = max_threads()
+_num_threads = _MAX_THREADS
+
+
+def set_num_threads(n: int) -> None:
+    """Set how many CPU threads volsample kernels use, from 1 to the machine's count."""
+    global _num_threads
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"set_num_threads: n must be an int, got {type(n).__name__} {n!r}")
+    if not 1 <= n <= _MAX_THREADS:
+        raise ValueError(f"set_num_threads: n must be in [1, {_MAX_THREADS}], got {n}")
+    _num_threads = n
+
+
+def get_num_threads() -> int:
+    """The number of CPU threads volsample kernels use."""
+    return _num_threads
+
+
+# Below this many elementary items per thread (a sample point in one channel, say),
+# waking another thread costs more than it saves.
+MIN_WORK_PER_THREAD = 1 << 15
+
+
+def threads_for(work: int) -> int:
+    """How many threads a launch of ``work`` items uses: all of them, unless it is small."""
+    return max(1, min(_num_threads, work // MIN_WORK_PER_THREAD))
 
 
 def operand(arr: np.ndarray | None) -> np.ndarray | None:

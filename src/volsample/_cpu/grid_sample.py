@@ -14,12 +14,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import _config, _layout
-from . import _kernels, operand
+from .. import _layout
+from . import _kernels, operand, threads_for
 
 
 def _threads(call, work: int, threads) -> int:
-    return _config.threads_for(work) if threads is None else threads
+    return threads_for(work) if threads is None else threads
 
 
 def forward(call, input, grid, out, threads=None) -> None:

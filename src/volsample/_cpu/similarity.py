@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _config
-from . import _kernels
+from . import _kernels, threads_for
 
 
 def box_sum(volume: np.ndarray, out: np.ndarray, radius: int) -> None:
     """``out`` = the sum over the (2 radius + 1)^3 window of every voxel of ``volume``, the
     windows cut at the border."""
-    _kernels.box_sum(volume, out, radius, _config.threads_for(volume.size))
+    _kernels.box_sum(volume, out, radius, threads_for(volume.size))
 
 
 def local_ncc(fixed: np.ndarray, fixed_sum: np.ndarray, fixed_var: np.ndarray,
@@ -25,10 +24,10 @@ def local_ncc(fixed: np.ndarray, fixed_sum: np.ndarray, fixed_var: np.ndarray,
     ``grad_scale`` times the gradient of the sum of the correlations. ``work`` holds
     (3, D, H, W)."""
     return _kernels.local_ncc(fixed, fixed_sum, fixed_var, warped, work, grad, radius, eps,
-                              grad_scale, _config.threads_for(fixed.size))
+                              grad_scale, threads_for(fixed.size))
 
 
 def varying(volume: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> None:
     """``rows`` (D, H) and ``columns`` (D, W), uint8: whether some voxel of each row and
     column of ``volume`` differs from a neighbour along some axis."""
-    _kernels.varying(volume, rows, columns, _config.threads_for(volume.size))
+    _kernels.varying(volume, rows, columns, threads_for(volume.size))

@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from .. import _config, _dtypes, _layout
-from . import _kernels, operand
+from .. import _dtypes, _layout
+from . import _kernels, operand, threads_for
 
 
 def _scales(scales) -> tuple[float, ...]:
@@ -26,7 +26,7 @@ def _threads(src_shape, dst_shape, threads) -> int:
     """Voxels of the larger volume are the call's elementary items."""
     if threads is not None:
         return threads
-    return _config.threads_for(max(math.prod(src_shape), math.prod(dst_shape)))
+    return threads_for(max(math.prod(src_shape), math.prod(dst_shape)))
 
 
 def dense_planes(dst: np.ndarray, layout: str) -> bool:

@@ -23,6 +23,8 @@ from .._cpu import warp as _cpu
 from .._tables import MODES, PADDINGS, UNITS, VOXELS
 from . import _common
 from . import _grid_sample
+from ._warp_call import describe as _describe, describe_backward as _describe_backward
+from ._warp_call import gradients as _gradients, read as _read
 
 _FORWARD_SCHEMA = ("(Tensor input, Tensor? theta, Tensor? displacement, SymInt[3] size, "
                    "int interpolation_mode, int padding_mode, bool align_corners, "
@@ -32,60 +34,9 @@ _BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor? theta, Tensor? d
                     "int displacement_units, bool[] output_mask) -> (Tensor, Tensor, Tensor)")
 
 
-def _operands(**tensors):
-    """The given tensors as the op layer's operands (None stays None), on one device."""
-    given = {name: t for name, t in tensors.items() if t is not None}
-    _common.same_device(**given)
-    return [None if t is None else _common.operand(name, t) for name, t in tensors.items()]
-
-
-def _codes(interpolation_mode, padding_mode, displacement_units):
-    return (MODES.check_code(interpolation_mode, "interpolation_mode"),
-            PADDINGS.check_code(padding_mode), UNITS.check_code(displacement_units))
-
-
-@_common.cached_description
-@_common.raises_torch_errors(_common.WARP)
-def _describe(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
-              displacement_units) -> _calls.Warp:
-    """The forward's checked description (every device, and the fake)."""
-    ops = _operands(input=input, theta=theta, displacement=displacement)
-    mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
-    return _calls.warp(ops[0], ops[1], ops[2], list(size), mode, padding, align_corners, units,
-                       _common.layout(input), shape_order="NCDHW", dialect=_common.TORCH,
-                       cubic=True)
-
-
-@_common.cached_description
-@_common.raises_torch_errors(_common.WARP)
-def _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
-                       padding_mode, align_corners, displacement_units,
-                       output_mask) -> _calls.Warp:
-    ops = _operands(grad_output=grad_output, input=input, theta=theta,
-                    displacement=displacement)
-    mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
-    return _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding, align_corners, units, output_mask,
-                                _common.layout(input), shape_order="NCDHW",
-                                dialect=_common.TORCH, cubic=True)
-
-
-def _gradients(output_mask, input, theta, displacement):
-    """Uninitialised (grad_input, grad_theta, grad_displacement), None where not asked for
-    (a checked mask: none of an absent operand): grad_input in the input's memory format,
-    the others contiguous."""
-    want_input, want_theta, want_displacement = output_mask
-    return (_common.empty_volume(input.shape, input) if want_input else None,
-            _common.empty_contiguous(theta) if want_theta else None,
-            _common.empty_contiguous(displacement) if want_displacement else None)
-
-
 def _returned(gradients, input):
     """An op cannot return None: a gradient not asked for comes back as an empty tensor."""
     return tuple(input.new_empty((0,)) if g is None else g for g in gradients)
-
-
-def _read(t):
-    return None if t is None else _common.read_only_array(t)
 
 
 class _Prepared(NamedTuple):

@@ -24,7 +24,8 @@ from .._errors import InvalidArgumentError
 from .._tables import MODES, PADDINGS, UNITS
 from .._cpu import warp as _cpu
 from . import _common
-from ._warp import _describe, _describe_backward, _gradients, _read, warp_3d, warp_3d_backward
+from . import _warp_call
+from ._warp import warp_3d, warp_3d_backward
 
 _SLAB_ELEMENTS = 1 << 21  # a slab's warped values and displacement rows, about
 _REDUCTIONS = ("mean", "sum")
@@ -91,7 +92,7 @@ def _loss_and_gradients(input, target, theta, displacement, sampling, reduction,
     """The loss, and its gradients for (input, target, theta, displacement) where
     ``wanted`` (None elsewhere), slab by slab."""
     want_input, want_target, want_theta, want_displacement = wanted
-    call = _describe(input, theta, displacement, list(target.shape[2:]), *sampling)
+    call = _warp_call.describe(input, theta, displacement, list(target.shape[2:]), *sampling)
     scale = 2 / (target.numel() if reduction == "mean" else 1)
     grad_input = None  # the one slab's, where wanted
     grad_target = torch.empty_like(target) if want_target else None
@@ -141,10 +142,10 @@ def _slab_backward(residual, input, theta, displacement, sampling, mask, grad_di
         if mask[2]:
             grad_displacement.copy_(part)
         return grad_input, grad_theta
-    call = _describe_backward(*operands, *sampling, mask)
-    grad_input, grad_theta, _ = _gradients(call.output_mask[:2] + (False,), input, theta,
-                                           displacement)
-    _cpu.backward(call, *map(_read, operands), *map(_common.writable_array, (
+    call = _warp_call.describe_backward(*operands, *sampling, mask)
+    grad_input, grad_theta, _ = _warp_call.gradients(call.output_mask[:2] + (False,), input,
+                                                     theta, displacement)
+    _cpu.backward(call, *map(_warp_call.read, operands), *map(_common.writable_array, (
         grad_input, grad_theta, grad_displacement if mask[2] else None)))
     return grad_input, grad_theta
 
@@ -249,7 +250,7 @@ def warp_mse_loss(input: torch.Tensor, target: torch.Tensor, theta: torch.Tensor
         args = (MODES.code(mode), PADDINGS.code(padding_mode),
                 _common.align_corners(align_corners), UNITS.code(displacement_units))
     # every operand checked before any work (the forward finds the description cached)
-    _describe(input, theta, displacement, list(target.shape[2:]), *args)
+    _warp_call.describe(input, theta, displacement, list(target.shape[2:]), *args)
     recording = torch.is_grad_enabled()
     wanted = tuple(recording and t is not None and t.requires_grad
                    for t in (input, target, theta, displacement))

@@ -25,9 +25,10 @@ import zlib
 
 import numpy as np
 
-from . import _config, _dtypes, registration
-from ._checks import VolsampleError
-from ._progress import ProgressBar
+from .. import _config, _dtypes
+from .._checks import VolsampleError
+from .._progress import ProgressBar
+from . import registration
 
 _NIFTI_SUFFIXES = (".nii.gz", ".nii")
 _DEMO_OUT = "volsample-demo"

@@ -56,8 +56,9 @@ import numpy as np
 
 import volsample
 
-from . import _dtypes
-from ._progress import ProgressBar
+from .. import _dtypes
+from .._progress import ProgressBar
+from . import bench_register
 
 PEERS = ("volsample-grid", "volsample-warp", "volsample-trilinear", "pytorch", "scipy",
          "torch-interpol", "volresample", "simpleitk", "jax", "affiners", "volsample-numpy",
@@ -440,22 +441,14 @@ def _small_workload(name, C, in_size, out_shape, direction, quick=False):
     return Workload(name, build, nbytes, quick)
 
 
-def rotation(angles) -> np.ndarray:
-    """The 3x3 rotation by angles (a, b, c) radians about x, then y, then z."""
-    a, b, c = angles
-    rx = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
-    ry = np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]])
-    rz = np.array([[np.cos(c), -np.sin(c), 0], [np.sin(c), np.cos(c), 0], [0, 0, 1]])
-    return rz @ ry @ rx
-
-
 def affine_theta(N, seed=0, dtype=np.float32):
     """Per batch item a small rotation, scaling and shift, as a registration meets them:
     theta (N, 3, 4) in affine_grid's convention."""
     rng = np.random.default_rng(seed)
     theta = np.empty((N, 3, 4))
     for n in range(N):
-        theta[n, :, :3] = rotation(rng.uniform(-0.1, 0.1, 3)) * rng.uniform(0.95, 1.05, 3)
+        theta[n, :, :3] = (bench_register.rotation(rng.uniform(-0.1, 0.1, 3))
+                           * rng.uniform(0.95, 1.05, 3))
         theta[n, :, 3] = rng.uniform(-0.05, 0.05, 3)
     return theta.astype(dtype)
 
@@ -466,7 +459,7 @@ def _warp_workload(name, N, C, spatial, quick=False):
     volume_bytes = N * C * int(np.prod(spatial)) * 4
 
     def build():
-        from . import _reference
+        from .. import _reference
 
         x, theta = _volume((N, C) + spatial, np.float32), affine_theta(N)
         grid = _reference.affine_grid(theta, spatial).astype(np.float32)
@@ -544,7 +537,7 @@ _STEP_CHILD = r"""
 import gc, json, sys
 import torch
 import volsample
-from volsample.bench import registration_step, step_operands
+from volsample.apps.bench import registration_step, step_operands
 
 variant, N, C, spatial, threads, loss = json.loads(sys.argv[1])
 torch.set_num_threads(threads)
@@ -886,7 +879,7 @@ def cpu_model() -> str:
 
 
 def machine_info(threads):
-    from . import _cpu
+    from .. import _cpu
 
     return {"python": platform.python_version(), "machine": platform.machine(),
             "processor": platform.processor(), "cpu": cpu_model(),
@@ -1007,8 +1000,6 @@ def select(workloads, quick=False, pattern=None):
 
 def run_bench(args: argparse.Namespace) -> int:
     if args.register:
-        from . import bench_register
-
         threads = args.threads or volsample.get_num_threads()
         return bench_register.main(args.register_scale, threads, args.repeats, args.json)
     workloads = select(suite(), args.quick, args.filter)

@@ -33,8 +33,8 @@ memory (spills), an atomic in a kernel that a bitwise-reproducible call launched
 
 Command line (docs/testing.md, docs/gpu.md)::
 
-    python -m volsample._triton.aot [--strength 0|1|2] [--jobs N] [--modes A,B]
-                                    [--markdown PATH]
+    python -m volsample.apps.triton_aot [--strength 0|1|2] [--jobs N] [--modes A,B]
+                                        [--markdown PATH]
 
 ``--modes`` sweeps grid sampling in those modes alone, and writes its table as a section
 of the markdown file (docs/gpu.md is the full sweep's, every mode, written whole).
@@ -69,7 +69,7 @@ import volsample._triton as vt
 from .. import _calls, _dtypes
 from .._tables import MODES, PADDINGS, UNITS
 from ..torch import _common
-from . import grid_sample, upsample, warp
+from .._triton import grid_sample, upsample, warp
 
 ARCHS = (80, 90)
 _RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")
@@ -500,7 +500,7 @@ def markdown(results: list[Result], strength: int, count: int,
     """docs/gpu.md: per kernel and target, the range of registers, shared memory and
     spills over its specializations, and the heaviest specialization. A sweep restricted
     to ``modes`` gives a section of the file (``write_markdown``)."""
-    command = (f"python -m volsample._triton.aot --strength {strength}"
+    command = (f"python -m volsample.apps.triton_aot --strength {strength}"
                + (f" --modes {','.join(modes)}" if modes else "") + " --markdown docs/gpu.md")
     heading = "##" if modes else "#"
     lines = [
@@ -577,7 +577,7 @@ def _short(constants: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m volsample._triton.aot",
+    parser = argparse.ArgumentParser(prog="python -m volsample.apps.triton_aot",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--strength", type=int, default=2, choices=(0, 1, 2),
                         help="covering strength: 2 every pair of factor values (the full "

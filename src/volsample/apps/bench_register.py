@@ -40,7 +40,6 @@ from typing import Any
 import numpy as np
 
 from . import registration
-from .bench import rotation
 
 TOOLS = ("volsample", "ants-syn")
 _TOOL_MODULES = {"volsample": "nibabel", "ants-syn": "ants"}
@@ -56,6 +55,15 @@ _SHIFT = (4.0, -6.0, 3.0)
 _FIELD_PEAK_MM = 4.0
 _BIAS = 0.15
 _NOISE = 0.02
+
+
+def rotation(angles: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The 3x3 rotation by angles (a, b, c) radians about x, then y, then z."""
+    a, b, c = angles
+    rx = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
+    ry = np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]])
+    rz = np.array([[np.cos(c), -np.sin(c), 0], [np.sin(c), np.cos(c), 0], [0, 0, 1]])
+    return rz @ ry @ rx
 
 
 def _have(module: str) -> bool:
@@ -406,7 +414,7 @@ def tool_versions() -> dict[str, str | None]:
     """{tool: its package's version, or None when it is not installed}."""
     import importlib.metadata
 
-    from . import __version__
+    from .. import __version__
 
     packages = {"ants-syn": "antspyx"}
     versions: dict[str, str | None] = {"volsample": __version__}
