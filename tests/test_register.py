@@ -480,6 +480,35 @@ def test_register_nibabel_pair_on_different_grids(tmp_path, capsys):
     assert np.abs(world @ T.T - world @ E.T).max() < 3  # mm: 1.5 fixed voxels
 
 
+@pytest.mark.parametrize("shape,iterations,expected", [
+    ((197, 233, 189), [100, 50, 25], [100, 0, 0]),  # MNI152 at 1 mm: 50x59x48 at its coarsest
+    ((99, 117, 95), [100, 50, 25], [100, 50, 0]),   # 25x30x24, then 50x59x48
+    ((33, 41, 25), [100, 50], [100, 50]),           # nibabel's head: 17x21x13, then 33x41x25
+    ((33, 41, 25), [60, 30, 20], [60, 30, 20]),
+    ((20, 22, 18), [9], [9]),                       # one level: its steps, however small
+])
+def test_default_affine_steps_run_up_to_a_level_of_enough_voxels(shape, iterations, expected):
+    assert registration.default_affine_iterations(shape, iterations) == expected
+
+
+def test_register_command_takes_the_default_affine_steps(tmp_path, monkeypatch):
+    seen = {}
+
+    def register(fixed, moving, loss, **settings):
+        seen.update(settings)
+        raise registration.InvalidArgumentError("stop here")
+
+    monkeypatch.setattr(registration, "register", register)
+    volume = _smooth_volume((33, 41, 25), 0, np.float32)
+    np.save(tmp_path / "f.npy", volume)
+    np.save(tmp_path / "m.npy", volume)
+    assert main(["register", str(tmp_path / "f.npy"), str(tmp_path / "m.npy"),
+                 "--out", str(tmp_path / "out"), "--levels", "2", "--no-progress"]) == 2
+    assert seen["iterations"] == [100, 50]
+    assert seen["affine_iterations"] == registration.default_affine_iterations(
+        (33, 41, 25), [100, 50]) == [100, 50]
+
+
 def test_register_without_matplotlib_warns_and_writes_the_volumes(tmp_path, capsys,
                                                                     monkeypatch, pair):
     # A None entry makes the import fail, even of a submodule imported before.

@@ -76,9 +76,10 @@ def add_register_arguments(parser: argparse.ArgumentParser) -> None:
                         help="deformable Adam steps per level, one number or one per level, "
                              "coarsest first (default 100, halved per finer level, at least 10)")
     parser.add_argument("--affine-iterations", type=int, nargs="+", metavar="N",
-                        help="affine Adam steps per level, as --iterations (default: the "
-                             "coarsest level's --iterations there, 0 at the finer levels; 0 "
-                             "everywhere keeps the headers' alignment)")
+                        help="affine Adam steps per level, as --iterations (default: "
+                             "--iterations at the coarsest level and at each finer one up to "
+                             "the first of at least 32^3 voxels, 0 after it; 0 everywhere "
+                             "keeps the headers' alignment)")
     parser.add_argument("--interp", choices=tuple(_INTERPOLATIONS), default="linear",
                         help="interpolation of the moving volume, in the registration and in "
                              "the warped volume written (default linear; nearest: written "
@@ -126,7 +127,8 @@ def run_register(args: argparse.Namespace) -> int:
             _same_grid(moving, labels[1])
         iterations = _per_level(args.iterations, args.levels)
         affine_iterations = _per_level(args.affine_iterations, args.levels) \
-            if args.affine_iterations else iterations[:1] + [0] * (args.levels - 1)
+            if args.affine_iterations else \
+            registration.default_affine_iterations(fixed.data.shape, iterations)
         settings = dict(levels=args.levels, iterations=iterations,
                         affine_iterations=affine_iterations, grid_spacing=args.grid_spacing,
                         weight=args.smoothness, lr=args.lr, tolerance=args.tolerance)
