@@ -840,3 +840,32 @@ def test_objectives_on_the_ncc_box_match_the_whole_volume(stage, slab_planes, mo
     (value, grad), (expected_value, expected_grad) = results
     assert value == pytest.approx(expected_value, rel=1e-9)
     assert_close("gradient", grad, expected_grad, 1e-7, 1e-9 * np.abs(expected_grad).max())
+
+
+def test_report_says_at_which_resolution_each_level_scores(tmp_path, monkeypatch):
+    # A coarse level scores its blurred volumes, higher than the full resolution's: the
+    # curve names each run of steps' stage and resolution, and marks the full resolution's
+    # before and after apart.
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from volsample.apps import register
+
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *args, **kwargs: drawn.append(self))
+    history = ([("affine", 0, -0.6, 0.6)] * 3 + [("affine", 1, -0.3, 0.3)] * 2
+               + [("deformable", 0, -0.62, 0.62)] * 2 + [("deformable", 1, -0.35, 0.35)] * 4)
+    volume = np.zeros((6, 7, 8), np.float32)
+    assert register._write_report(str(tmp_path / "report.png"), volume, volume, volume,
+                                   history, "ncc", (0.1, 0.35))
+    (figure,) = drawn
+    curve = next(ax for ax in figure.axes if ax.get_xlabel() == "iteration")
+    assert [" ".join(text.get_text().split()) for text in curve.texts] == [
+        "affine 1/2", "affine full", "deformable 1/2", "deformable full"]
+    assert "0.1000 -> 0.3500 at full resolution" in curve.get_title()
+    (twin,) = [ax for ax in figure.axes if "similarity" in ax.get_ylabel()]
+    assert "resolution" in twin.get_ylabel()
+    marked = [line for line in twin.get_lines() if line.get_marker() == "o"]
+    assert len(marked) == 1
+    assert list(marked[0].get_xdata()) == [0, len(history) - 1]
+    assert list(marked[0].get_ydata()) == [0.1, 0.35]
