@@ -1,8 +1,9 @@
 """Sphinx configuration of volsample's documentation site.
 
-Build it from an environment where volsample and its ``docs`` extra are installed::
+Build it from an environment where volsample and its ``docs`` extra are installed (the
+README's editable ``dev`` install holds it)::
 
-    pip install ".[docs]"
+    pip install -e ".[dev]"
     python -m sphinx -W -b html docs build/docs
 
 The API reference is written at build time (``_write_api_pages``) from the package itself:

@@ -41,11 +41,15 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
     assert payload["machine"]["threads"] >= 1
     assert payload["machine"]["cpu"] == bench.cpu_model() and payload["machine"]["isa"]
     versions = payload["machine"]["peers"]
-    assert set(versions) == set(bench.PEERS)
+    # the other packages: volsample's own variants are volsample's version, not peers
+    own = {p for p in bench.PEERS if p.startswith("volsample-")}
+    assert own and set(versions) == set(bench.PEERS) - own
     assert versions["pytorch"] == torch.__version__
     implementations = {r["implementation"] for r in payload["results"]}
-    assert all(versions[p] for p in implementations - {"volsample"})  # a peer run has a version
-    assert f"pytorch {torch.__version__}" in out
+    assert implementations & own
+    assert all(versions[p] for p in implementations - {"volsample"} - own)  # a peer run has one
+    (peers_line,) = [line for line in out.splitlines() if line.startswith("peers: ")]
+    assert f"pytorch {torch.__version__}" in peers_line and "volsample" not in peers_line
     rows = payload["results"]
     assert {r["workload"] for r in rows} == set(quick)
     for r in rows:
@@ -73,7 +77,12 @@ def test_bench_filter_and_no_match(capsys):
     out = capsys.readouterr().out
     assert "up.fwd tiny" in out and "grid.fwd tiny" not in out
     assert cli.main(["bench", "--quick", "--no-progress", "--filter", "no-such-workload"]) == 2
-    assert "no workload matches" in capsys.readouterr().err
+    err = capsys.readouterr().err  # one line, as docs/cli.md promises of bad input
+    assert err == ("volsample bench: error: --filter: no workload of --quick matches "
+                   "'no-such-workload'\n")
+    assert cli.main(["bench", "--no-progress", "--filter", "nosuch"]) == 2
+    assert capsys.readouterr().err == ("volsample bench: error: --filter: no workload matches "
+                                       "'nosuch'\n")
 
 
 def test_full_suite_names_are_unique_and_quick_is_small():
@@ -129,7 +138,9 @@ def test_standard_shapes_and_every_peer_run_shrunk(capsys):
     assert {w.name for w in workloads} == {name for name, _ in ran}
     installed = {p for p, v in bench.peer_versions().items() if v}
     assert {"pytorch", "scipy"} <= installed
-    assert {impl for _, impl in ran} == {"volsample"} | installed
+    own = {p for p in bench.PEERS if p.startswith("volsample-")}  # volsample's own variants
+    assert {impl for _, impl in ran} - own == {"volsample"} | installed
+    assert {impl for _, impl in ran} & own
     assert all(r.ratio is not None for r in results if r.implementation != "volsample")
 
 

@@ -58,3 +58,23 @@ def test_cmake_says_to_install_nanobind_when_it_is_missing(tmp_path):
     assert result.returncode != 0
     message = " ".join(result.stderr.split())
     assert "nanobind is not installed for" in message and "pip install nanobind" in message
+
+
+def test_dev_extra_installs_what_every_other_extra_does():
+    # README's one install for developers: dev holds every extra's packages (by name), but
+    # register-bench's (antspyx pins an older NumPy and SciPy: installed apart).
+    extras = _extras()
+    (dev,) = extras["dev"]
+    included = re.fullmatch(r"volsample\[([\w,-]+)\]", dev.replace(" ", ""))
+    assert included, dev
+    included = included.group(1).split(",")
+
+    def name(requirement):
+        return re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
+
+    developer = {name(r) for extra in included for r in extras[extra]}
+    for extra, requirements in extras.items():
+        if extra in ("dev", "register-bench"):
+            continue
+        missing = {name(r) for r in requirements} - developer
+        assert not missing, f"the dev extra lacks {extra}'s {sorted(missing)}"

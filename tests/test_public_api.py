@@ -89,3 +89,22 @@ def test_the_library_imports_no_application():
                 "        pass\n"
                 "apps = [m for m in sys.modules if m.startswith('volsample.apps')]\n"
                 "assert not apps, apps")
+
+
+def test_readme_names_every_error_volsample_raises():
+    # README's paragraph on bad input names each public error class with its builtin base
+    import pathlib
+    import re
+
+    import volsample
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+    paragraph = " ".join(readme[readme.index("Bad input raises"):].split("\n\n")[0].split())
+    errors = {name: getattr(volsample, name) for name in volsample.__all__
+              if inspect.isclass(getattr(volsample, name))
+              and issubclass(getattr(volsample, name), volsample.VolsampleError)
+              and getattr(volsample, name) is not volsample.VolsampleError}
+    assert len(errors) >= 3
+    for name, error in errors.items():
+        base = next(b for b in error.__mro__[1:] if b.__module__ == "builtins")
+        assert re.search(rf"`volsample\.{name}` \(an? `{base.__name__}`\)", paragraph), name

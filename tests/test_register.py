@@ -480,6 +480,35 @@ def test_register_nibabel_pair_on_different_grids(tmp_path, capsys):
     assert np.abs(world @ T.T - world @ E.T).max() < 3  # mm: 1.5 fixed voxels
 
 
+@pytest.mark.parametrize("shape,iterations,expected", [
+    ((197, 233, 189), [100, 50, 25], [100, 0, 0]),  # MNI152 at 1 mm: 50x59x48 at its coarsest
+    ((99, 117, 95), [100, 50, 25], [100, 50, 0]),   # 25x30x24, then 50x59x48
+    ((33, 41, 25), [100, 50], [100, 50]),           # nibabel's head: 17x21x13, then 33x41x25
+    ((33, 41, 25), [60, 30, 20], [60, 30, 20]),
+    ((20, 22, 18), [9], [9]),                       # one level: its steps, however small
+])
+def test_default_affine_steps_run_up_to_a_level_of_enough_voxels(shape, iterations, expected):
+    assert registration.default_affine_iterations(shape, iterations) == expected
+
+
+def test_register_command_takes_the_default_affine_steps(tmp_path, monkeypatch):
+    seen = {}
+
+    def register(fixed, moving, loss, **settings):
+        seen.update(settings)
+        raise registration.InvalidArgumentError("stop here")
+
+    monkeypatch.setattr(registration, "register", register)
+    volume = _smooth_volume((33, 41, 25), 0, np.float32)
+    np.save(tmp_path / "f.npy", volume)
+    np.save(tmp_path / "m.npy", volume)
+    assert main(["register", str(tmp_path / "f.npy"), str(tmp_path / "m.npy"),
+                 "--out", str(tmp_path / "out"), "--levels", "2", "--no-progress"]) == 2
+    assert seen["iterations"] == [100, 50]
+    assert seen["affine_iterations"] == registration.default_affine_iterations(
+        (33, 41, 25), [100, 50]) == [100, 50]
+
+
 def test_register_without_matplotlib_warns_and_writes_the_volumes(tmp_path, capsys,
                                                                     monkeypatch, pair):
     # A None entry makes the import fail, even of a submodule imported before.
@@ -811,3 +840,32 @@ def test_objectives_on_the_ncc_box_match_the_whole_volume(stage, slab_planes, mo
     (value, grad), (expected_value, expected_grad) = results
     assert value == pytest.approx(expected_value, rel=1e-9)
     assert_close("gradient", grad, expected_grad, 1e-7, 1e-9 * np.abs(expected_grad).max())
+
+
+def test_report_says_at_which_resolution_each_level_scores(tmp_path, monkeypatch):
+    # A coarse level scores its blurred volumes, higher than the full resolution's: the
+    # curve names each run of steps' stage and resolution, and marks the full resolution's
+    # before and after apart.
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from volsample.apps import register
+
+    drawn = []
+    monkeypatch.setattr(Figure, "savefig", lambda self, *args, **kwargs: drawn.append(self))
+    history = ([("affine", 0, -0.6, 0.6)] * 3 + [("affine", 1, -0.3, 0.3)] * 2
+               + [("deformable", 0, -0.62, 0.62)] * 2 + [("deformable", 1, -0.35, 0.35)] * 4)
+    volume = np.zeros((6, 7, 8), np.float32)
+    assert register._write_report(str(tmp_path / "report.png"), volume, volume, volume,
+                                   history, "ncc", (0.1, 0.35))
+    (figure,) = drawn
+    curve = next(ax for ax in figure.axes if ax.get_xlabel() == "iteration")
+    assert [" ".join(text.get_text().split()) for text in curve.texts] == [
+        "affine 1/2", "affine full", "deformable 1/2", "deformable full"]
+    assert "0.1000 -> 0.3500 at full resolution" in curve.get_title()
+    (twin,) = [ax for ax in figure.axes if "similarity" in ax.get_ylabel()]
+    assert "resolution" in twin.get_ylabel()
+    marked = [line for line in twin.get_lines() if line.get_marker() == "o"]
+    assert len(marked) == 1
+    assert list(marked[0].get_xdata()) == [0, len(history) - 1]
+    assert list(marked[0].get_ydata()) == [0.1, 0.35]

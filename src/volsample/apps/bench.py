@@ -68,10 +68,8 @@ PEERS = ("volsample-grid", "volsample-warp", "volsample-trilinear", "pytorch", "
 # volsample-trilinear: volsample's trilinear sampling of the same grid (the cubic workloads');
 # volsample-numpy, volsample-patch: the NumPy API and F.grid_sample under
 # volsample.torch.patch(), beside volsample.torch (the small-size family)
-_PEER_MODULES = {"volsample-grid": "volsample", "volsample-warp": "volsample",
-                 "volsample-trilinear": "volsample",
-                 "volsample-numpy": "volsample", "volsample-patch": "torch",
-                 "pytorch": "torch", "scipy": "scipy", "torch-interpol": "interpol",
+# the other packages' modules (volsample's own variants are volsample's version, not peers)
+_PEER_MODULES = {"pytorch": "torch", "scipy": "scipy", "torch-interpol": "interpol",
                  "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "jax",
                  "affiners": "affiners"}
 
@@ -149,7 +147,8 @@ def _have(module):
 
 
 def peer_versions() -> dict:
-    """{peer: version string, or None when it is not installed}."""
+    """{peer: version string, or None when it is not installed}: the other packages, not
+    volsample's own variants."""
     versions: dict[str, str | None] = {}
     for peer, module in _PEER_MODULES.items():
         if not _have(module):
@@ -1004,7 +1003,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return bench_register.main(args.register_scale, threads, args.repeats, args.json)
     workloads = select(suite(), args.quick, args.filter)
     if not workloads:
-        print(f"no workload matches {args.filter!r}", file=sys.stderr)
+        print(f"volsample bench: error: --filter: no workload{' of --quick' if args.quick else ''} "
+              f"matches {args.filter!r}", file=sys.stderr)
         return 2
     threads = args.threads or volsample.get_num_threads()
     started, load = datetime.datetime.now(datetime.timezone.utc), _load_average()

@@ -76,9 +76,10 @@ def add_register_arguments(parser: argparse.ArgumentParser) -> None:
                         help="deformable Adam steps per level, one number or one per level, "
                              "coarsest first (default 100, halved per finer level, at least 10)")
     parser.add_argument("--affine-iterations", type=int, nargs="+", metavar="N",
-                        help="affine Adam steps per level, as --iterations (default: the "
-                             "coarsest level's --iterations there, 0 at the finer levels; 0 "
-                             "everywhere keeps the headers' alignment)")
+                        help="affine Adam steps per level, as --iterations (default: "
+                             "--iterations at the coarsest level and at each finer one up to "
+                             "the first of at least 32^3 voxels, 0 after it; 0 everywhere "
+                             "keeps the headers' alignment)")
     parser.add_argument("--interp", choices=tuple(_INTERPOLATIONS), default="linear",
                         help="interpolation of the moving volume, in the registration and in "
                              "the warped volume written (default linear; nearest: written "
@@ -126,7 +127,8 @@ def run_register(args: argparse.Namespace) -> int:
             _same_grid(moving, labels[1])
         iterations = _per_level(args.iterations, args.levels)
         affine_iterations = _per_level(args.affine_iterations, args.levels) \
-            if args.affine_iterations else iterations[:1] + [0] * (args.levels - 1)
+            if args.affine_iterations else \
+            registration.default_affine_iterations(fixed.data.shape, iterations)
         settings = dict(levels=args.levels, iterations=iterations,
                         affine_iterations=affine_iterations, grid_spacing=args.grid_spacing,
                         weight=args.smoothness, lr=args.lr, tolerance=args.tolerance)
@@ -532,11 +534,11 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
         return False
     columns = {"fixed": None, "moving (before)": moving, "warped (after)": warped,
                "fixed | moving": moving, "fixed | warped": warped}
-    fig = Figure(figsize=(13, 10.5))
+    fig = Figure(figsize=(13, 11))
     FigureCanvasAgg(fig)
     # fixed margins: a constrained layout would measure every axes, drawing the figure twice
-    grid = fig.add_gridspec(4, len(columns), height_ratios=(1, 1, 1, 1.1), left=0.06,
-                            right=0.94, bottom=0.06, top=0.96, wspace=0.04, hspace=0.25)
+    grid = fig.add_gridspec(3, len(columns), left=0.06, right=0.94, bottom=0.36, top=0.97,
+                            wspace=0.04, hspace=0.2)
     tile = max(2, min(fixed.shape) // 8)
     # the central slices, as views (np.take would copy them through a gather)
     centre = [(slice(None),) * axis + (fixed.shape[axis] // 2,) for axis in range(3)]
@@ -556,7 +558,8 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
                 ax.set_title(title)
             if col == 0:
                 ax.set_ylabel(f"slice {fixed.shape[axis] // 2} of axis {axis}")
-    ax = fig.add_subplot(grid[3, :])
+    ax = fig.add_subplot(fig.add_gridspec(1, 1, left=0.06, right=0.94, bottom=0.05,
+                                          top=0.25)[0])
     stages, levels, objective, sim = ((np.array(v) for v in zip(*history)) if history
                                       else ([], [], [], []))
     ax.plot(objective, color="C0", label="objective (similarity loss + smoothness)")
@@ -564,13 +567,26 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
     ax.set_ylabel("objective", color="C0")
     twin = ax.twinx()
     twin.plot(sim, color="C1", label=f"similarity ({loss})")
-    twin.set_ylabel(f"similarity ({loss})", color="C1")
+    # each level is scored on its own, blurred, volumes: a coarse level's similarity is not
+    # comparable with the full resolution's, so the curve says which level it is on, and the
+    # full resolution's before and after are drawn apart
+    twin.set_ylabel(f"similarity ({loss}) at the level's resolution", color="C1")
+    if len(sim):
+        twin.plot([0, len(sim) - 1], similarity, "o", color="C3")
+    finest = max(levels, default=0)
+    starts = np.flatnonzero((np.diff(levels) != 0) | (stages[1:] != stages[:-1])) + 1
+    for start, end in zip(np.r_[0, starts], np.r_[starts, len(levels)]) if len(levels) else ():
+        shrink = 2 ** int(finest - levels[start])
+        ax.text((start + end - 1) / 2, 1.01, f"{stages[start]}\n"
+                + ("full" if shrink == 1 else f"1/{shrink}"), transform=ax.get_xaxis_transform(),
+                ha="center", va="bottom", fontsize="x-small")
     for start in np.flatnonzero(np.diff(levels)) + 1:
         ax.axvline(start, color="grey", linestyle=":")
     for start in np.flatnonzero(stages[1:] != stages[:-1]) + 1:
         ax.axvline(start, color="black", linestyle="--")
-    ax.set_title(f"{_change(f'similarity ({loss})', similarity)}; "
-                 "dotted lines: next resolution level; dashed: affine -> deformable")
+    ax.set_title(f"{_change(f'similarity ({loss})', similarity)} at full resolution (red dots)\n"
+                 "each level (its stage and resolution above it) scores its own blurred "
+                 "volumes: a coarse level scores higher", fontsize="medium", pad=26)
     try:
         # zlib level 1: the PNG encodes faster, a little larger
         fig.savefig(path, dpi=80, pil_kwargs={"compress_level": 1})
