@@ -28,7 +28,7 @@ import volsample.torch as vt  # noqa: E402
 from volsample import InvalidArgumentError, UnsupportedDTypeError, _calls  # noqa: E402
 from volsample._cpu import grid_sample as cpu_grid_sample  # noqa: E402
 from volsample._cpu import upsample as cpu_upsample  # noqa: E402
-from volsample.torch import _common, _grid_sample, _upsample  # noqa: E402
+from volsample.torch import _grid_sample, _memory, _operands, _upsample  # noqa: E402
 
 ops = torch.ops.volsample
 MODES = ["bilinear", "nearest"]
@@ -350,9 +350,9 @@ def test_compile_fullgraph_matches_eager(backend):
 @pytest.mark.parametrize("fmt", ["contiguous", "channels_last"])
 def test_numpy_views_share_the_tensors_memory(dtype, fmt):
     t = in_format(torch.randn(2, 3, 4, 5, 6).to(dtype), fmt)
-    layout = _common.layout(t)
+    layout = _operands.layout(t)
     assert layout == ("NDHWC" if fmt == "channels_last" else "NCDHW")
-    arr = _common.read_only_array(t)
+    arr = _memory.read_only_array(t)
     assert arr.ctypes.data == t.data_ptr() and arr.shape == t.shape
     assert not arr.flags.writeable  # the torch layer only reads its operands
     assert [s // arr.itemsize for s in arr.strides] == list(t.stride())

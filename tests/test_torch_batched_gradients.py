@@ -22,7 +22,7 @@ import torch.nn.functional as F  # noqa: E402
 from test_torch import check, kink_free_grid  # noqa: E402
 
 import volsample.torch as vt  # noqa: E402
-from volsample.torch import _common  # noqa: E402
+from volsample.torch import _dispatch  # noqa: E402
 
 D = torch.float64
 GRID_MODES = ["bilinear", "nearest", "bicubic", "bspline"]
@@ -349,8 +349,8 @@ def test_pytorchs_trilinear_module_tests_pass_under_patch(params, monkeypatch):
     from torch.testing._internal.common_nn import NewModuleTest
 
     calls = []
-    kernel = _common.cpu_kernel(torch.ops.volsample.upsample_trilinear3d.default)
-    monkeypatch.setitem(_common._CPU_KERNELS, torch.ops.volsample.upsample_trilinear3d.default,
+    kernel = _dispatch.cpu_kernel(torch.ops.volsample.upsample_trilinear3d.default)
+    monkeypatch.setitem(_dispatch._CPU_KERNELS, torch.ops.volsample.upsample_trilinear3d.default,
                         lambda *a: calls.append(1) or kernel(*a))
     with vt.patch():
         NewModuleTest(**params)(_nn_test_case())
@@ -366,20 +366,20 @@ def test_fast_paths_take_only_plain_cpu_tensors():
     from torch._vmap_internals import _vmap
 
     x = torch.randn(2, 3, dtype=D)
-    assert _common.plain_cpu(x) and _common.plain_cpu(torch.nn.Parameter(x))
+    assert _dispatch.plain_cpu(x) and _dispatch.plain_cpu(torch.nn.Parameter(x))
     with torch.inference_mode():
-        assert _common.plain_cpu(torch.randn(2))
-    assert not _common.plain_cpu(torch._neg_view(x))
-    assert not _common.plain_cpu(torch.randn(2, dtype=torch.complex64).conj())
-    assert not _common.plain_cpu(torch._efficientzerotensor(2))
-    assert not _common.plain_cpu(x.to("meta"))
-    assert not _common.plain_cpu(x.to_sparse())
+        assert _dispatch.plain_cpu(torch.randn(2))
+    assert not _dispatch.plain_cpu(torch._neg_view(x))
+    assert not _dispatch.plain_cpu(torch.randn(2, dtype=torch.complex64).conj())
+    assert not _dispatch.plain_cpu(torch._efficientzerotensor(2))
+    assert not _dispatch.plain_cpu(x.to("meta"))
+    assert not _dispatch.plain_cpu(x.to_sparse())
 
     class Subclass(torch.Tensor):
         pass
-    assert not _common.plain_cpu(x.as_subclass(Subclass))
+    assert not _dispatch.plain_cpu(x.as_subclass(Subclass))
     seen = []
-    _vmap(lambda t: seen.append(_common.plain_cpu(t)) or t)(x)  # legacy batching
-    torch.func.vmap(lambda t: seen.append(_common.plain_cpu(t)) or t)(x)
-    torch.func.grad(lambda t: seen.append(_common.plain_cpu(t)) or t.sum())(x)
+    _vmap(lambda t: seen.append(_dispatch.plain_cpu(t)) or t)(x)  # legacy batching
+    torch.func.vmap(lambda t: seen.append(_dispatch.plain_cpu(t)) or t)(x)
+    torch.func.grad(lambda t: seen.append(_dispatch.plain_cpu(t)) or t.sum())(x)
     assert seen == [False, False, False]

@@ -24,7 +24,8 @@ from test_torch import _stand_in, check, in_format, kink_free_grid, leaves  # no
 import volsample  # noqa: E402
 import volsample.torch as vt  # noqa: E402
 from volsample._tables import MODES as MODE_TABLE  # noqa: E402
-from volsample.torch import _common, _grid_sample  # noqa: E402
+from volsample._torch_formats import memory_format  # noqa: E402
+from volsample.torch import _grid_sample, _memory, _operands  # noqa: E402
 
 ops = torch.ops.volsample
 CUBIC = ["bicubic", "bspline"]
@@ -44,7 +45,7 @@ def _grid(gen, shape, spread=1.4, dtype=torch.float64):
 
 
 def _numpy(t):
-    return _common.read_only_array(t.detach())
+    return _memory.read_only_array(t.detach())
 
 
 # ---------------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ def test_torch_door_gives_the_numpy_apis_bits(mode, padding_mode, align_corners,
     go = in_format(torch.randn(2, 3, 3, 4, 5, generator=gen).to(dtype), fmt)
     out = vt.grid_sample(x, grid, mode, padding_mode, align_corners)
     out.backward(go)
-    layout = _common.layout(x)
+    layout = _operands.layout(x)
     arrays = [np.asarray(_numpy(t)) for t in (x, grid, go)]
     if layout == "NDHWC":
         arrays[0], arrays[2] = (a.transpose(0, 2, 3, 4, 1) for a in (arrays[0], arrays[2]))
@@ -71,7 +72,7 @@ def test_torch_door_gives_the_numpy_apis_bits(mode, padding_mode, align_corners,
     gi, gg = volsample.grid_sample_3d_backward(arrays[2], arrays[0], arrays[1], mode,
                                                padding_mode, align_corners, layout=layout)
     assert out.dtype == x.grad.dtype == dtype and out.is_contiguous(
-        memory_format=_common.memory_format(x))
+        memory_format=memory_format(x))
     back = (lambda a: a.transpose(0, 4, 1, 2, 3)) if layout == "NDHWC" else (lambda a: a)
     assert_bitwise_equal("output", _numpy(out), back(expected))
     assert_bitwise_equal("grad_input", _numpy(x.grad), back(gi))

@@ -22,7 +22,7 @@ from test_torch import check, in_format  # noqa: E402
 import volsample  # noqa: E402
 import volsample.torch as vt  # noqa: E402
 from volsample._tables import PADDINGS as PADDING_TABLE  # noqa: E402
-from volsample.torch import _common, _spline  # noqa: E402
+from volsample.torch import _memory, _spline  # noqa: E402
 
 PADDINGS = ["zeros", "border", "reflection"]
 SETTINGS = list(itertools.product(PADDINGS, [False, True]))
@@ -31,7 +31,7 @@ SHAPES = [(2, 3, 5, 7, 4), (1, 1, 1, 2, 3)]
 
 
 def _logical(t):
-    return np.asarray(_common.read_only_array(t.detach()))
+    return np.asarray(_memory.read_only_array(t.detach()))
 
 
 @pytest.mark.parametrize("padding_mode,align_corners", SETTINGS)

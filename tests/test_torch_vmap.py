@@ -388,17 +388,17 @@ def _thp_eligible(address):
                     or "[madvise]" not in open("/sys/kernel/mm/transparent_hugepage/enabled").read(),
                     reason="needs Linux with transparent huge pages on madvise")
 def test_large_results_are_advised_onto_huge_pages_as_numpy_does():
-    from volsample.torch import _common
+    from volsample.torch import _memory
 
     small = torch.empty(1000)
-    assert _common.huge_pages(small) is small
+    assert _memory.huge_pages(small) is small
     plain = torch.empty(8 << 20 >> 2)  # 8 MiB
     inside = plain.data_ptr() + (4 << 20)
     if _thp_eligible(inside):
         # Some machines put every anonymous mapping on huge pages (or merge a new one into an
         # advised neighbour): there the advice cannot be told apart from the default.
         pytest.skip("this machine's plain allocations are already eligible for huge pages")
-    assert _common.huge_pages(plain) is plain
+    assert _memory.huge_pages(plain) is plain
     assert _thp_eligible(inside) is True
     x, grid = torch.randn(1, 3, 8, 8, 8), torch.zeros(1, 64, 128, 128, 3)  # 12 MiB result
     out = vt.grid_sample(x, grid, align_corners=True)

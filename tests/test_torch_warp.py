@@ -14,7 +14,7 @@ from helpers import assert_bitwise_equal
 
 import volsample
 import volsample.torch as vt
-from volsample.torch import _common
+from volsample.torch import _memory
 
 ALL_MODES = list(itertools.product(["bilinear", "nearest"], ["zeros", "border", "reflection"],
                                    [False, True]))
@@ -213,7 +213,7 @@ CUBIC_MODES = list(itertools.product(["bicubic", "bspline"], ["zeros", "border",
 
 
 def _logical(t):
-    return np.asarray(_common.read_only_array(t.detach()))
+    return np.asarray(_memory.read_only_array(t.detach()))
 
 
 @pytest.mark.parametrize("mode,padding_mode,align_corners", CUBIC_MODES)

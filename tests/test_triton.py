@@ -28,7 +28,7 @@ import volsample._triton as vt  # noqa: E402
 from volsample import _calls, _coords, _reference  # noqa: E402
 from volsample._triton import grid_sample as tgs  # noqa: E402
 from volsample._triton import upsample as tup  # noqa: E402
-from volsample.torch import _common  # noqa: E402
+from volsample.torch import _numpy_dtypes, _operands  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, on NaN lanes
 
@@ -45,17 +45,17 @@ TOLERANCE = {torch.float16: (2.0**-11 + 1e-4, 1e-4), torch.bfloat16: (2.0**-7 + 
 
 def grid_forward(volume, grid, mode, padding, align):
     """The grid-sampling launcher on the checked description of these operands."""
-    call = _calls.grid_sample(_common.operand("input", volume), _common.operand("grid", grid),
-                              mode, padding, align, _common.layout(volume), shape_order="NCDHW",
+    call = _calls.grid_sample(_operands.operand("input", volume), _operands.operand("grid", grid),
+                              mode, padding, align, _operands.layout(volume), shape_order="NCDHW",
                               cubic=True)
     return tgs.forward(call, volume, grid)
 
 
 def grid_backward(grad, volume, grid, mode, padding, align, output_mask, deterministic):
     call = _calls.grid_sample_backward(
-        _common.operand("grad_output", grad), _common.operand("input", volume),
-        _common.operand("grid", grid), mode, padding, align, output_mask,
-        _common.layout(volume), shape_order="NCDHW", cubic=True)
+        _operands.operand("grad_output", grad), _operands.operand("input", volume),
+        _operands.operand("grid", grid), mode, padding, align, output_mask,
+        _operands.layout(volume), shape_order="NCDHW", cubic=True)
     return tgs.backward(call, grad, volume, grid, deterministic)
 
 
@@ -63,8 +63,8 @@ def upsample_call(input_shape, output_size, align, scales, like):
     """An upsampling description made directly: the launchers must take inconsistent
     scales too (a backward's are not checked against the sizes)."""
     return _calls.Upsample(tuple(input_shape), tuple(input_shape[:2]) + tuple(output_size),
-                           _common.numpy_dtype(like.dtype), align,
-                           tuple(scales or (None, None, None)), _common.layout(like))
+                           _numpy_dtypes.numpy_dtype(like.dtype), align,
+                           tuple(scales or (None, None, None)), _operands.layout(like))
 
 
 def upsample_forward(volume, output_size, align, scales):

@@ -17,22 +17,22 @@ from volsample import _calls  # noqa: E402
 from volsample import _reference as reference  # noqa: E402
 from volsample._tables import MODES, PADDINGS, UNITS  # noqa: E402
 from volsample._triton import warp as tw  # noqa: E402
-from volsample.torch import _common  # noqa: E402
+from volsample.torch import _operands  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy, on NaN lanes
 
 
 def _call(x, theta, u, grad_output, mode, padding_mode, align_corners, units, mask=None):
     """Forward and backward descriptions of a warp on these tensors."""
-    op = lambda name, t: None if t is None else _common.operand(name, t)
+    op = lambda name, t: None if t is None else _operands.operand(name, t)
     codes = (MODES.code(mode), PADDINGS.code(padding_mode))
     forward = _calls.warp(op("input", x), op("theta", theta), op("displacement", u),
                           tuple(grad_output.shape[2:]), *codes, align_corners, UNITS.code(units),
-                          shape_order="NCDHW", layout=_common.layout(x))
+                          shape_order="NCDHW", layout=_operands.layout(x))
     backward = _calls.warp_backward(op("grad_output", grad_output), op("input", x),
                                     op("theta", theta), op("displacement", u), *codes,
                                     align_corners, UNITS.code(units), mask or (True,) * 3,
-                                    shape_order="NCDHW", layout=_common.layout(x))
+                                    shape_order="NCDHW", layout=_operands.layout(x))
     return forward, backward
 
 

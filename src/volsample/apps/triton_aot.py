@@ -68,7 +68,7 @@ import volsample._triton as vt
 
 from .. import _calls, _dtypes
 from .._tables import MODES, PADDINGS, UNITS
-from ..torch import _common
+from ..torch import _operands
 from .._triton import grid_sample, upsample, warp
 
 ARCHS = (80, 90)
@@ -320,7 +320,7 @@ def _run(family: str, row: dict, state: dict) -> None:
     state["reproducible"] = run == "forward" or family == "upsample" or run[2]
     limit = vt._INT32_LIMIT
     vt._INT32_LIMIT = 1 if row["index"] == "int64" else limit
-    op = _common.operand
+    op = _operands.operand
     # odd sizes, or multiples of 16, which Triton specializes on (alignment attributes)
     size_in, size_out = ((3, 4, 5), (2, 3, 4)) if row["sizes"] == "odd" else ((16,) * 3,) * 2
     try:
@@ -328,7 +328,7 @@ def _run(family: str, row: dict, state: dict) -> None:
             size_out = tuple(2 * n if r else n for n, r in zip(size_in, row["resized"]))
             x = _volume((2, C) + size_in, dtype, layout)
             call = _calls.upsample(op("input", x), size=size_out,
-                                   align_corners=row["align"], layout=_common.layout(x),
+                                   align_corners=row["align"], layout=_operands.layout(x),
                                    shape_order="NCDHW")
             if run == "forward":
                 upsample.forward(call, x)
@@ -342,12 +342,12 @@ def _run(family: str, row: dict, state: dict) -> None:
             grid = torch.rand((2,) + size_out + (3,), dtype=torch.float64).to(coord_dtype)
             if run == "forward":
                 call = _calls.grid_sample(op("input", x), op("grid", grid), *codes,
-                                          _common.layout(x), shape_order="NCDHW", cubic=True)
+                                          _operands.layout(x), shape_order="NCDHW", cubic=True)
                 grid_sample.forward(call, x, grid)
             else:
                 call = _calls.grid_sample_backward(
                     op("grad_output", go), op("input", x), op("grid", grid), *codes, run[1],
-                    _common.layout(x), shape_order="NCDHW", cubic=True)
+                    _operands.layout(x), shape_order="NCDHW", cubic=True)
                 grid_sample.backward(call, go, x, grid, run[2])
             return
         use_theta, use_u = row["operands"]
@@ -358,7 +358,7 @@ def _run(family: str, row: dict, state: dict) -> None:
         u_op = None if u is None else op("displacement", u)
         if run == "forward":
             call = _calls.warp(op("input", x), theta_op, u_op, size_out, *codes, row["units"],
-                               shape_order="NCDHW", layout=_common.layout(x), cubic=True)
+                               shape_order="NCDHW", layout=_operands.layout(x), cubic=True)
             warp.forward(call, x, theta, u)
         else:
             mask = tuple(m and t is not None for m, t in zip(run[1], (x, theta, u)))
@@ -366,7 +366,7 @@ def _run(family: str, row: dict, state: dict) -> None:
                 return
             call = _calls.warp_backward(op("grad_output", go), op("input", x), theta_op, u_op,
                                         *codes, row["units"], mask, shape_order="NCDHW",
-                                        layout=_common.layout(x), cubic=True)
+                                        layout=_operands.layout(x), cubic=True)
             warp.backward(call, go, x, theta, u, run[2])
     finally:
         vt._INT32_LIMIT = limit

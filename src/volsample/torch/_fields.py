@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from .. import _fields
-from . import _common
+from . import _operands, _wording
 from ._warp import warp
 
 
@@ -19,8 +19,8 @@ def _sample(field, displacement, padding_mode):
 
 
 def _field(name, value):
-    with _common.torch_errors(_common.WARP):
-        _common.operand(name, value)
+    with _wording.torch_errors(_wording.WARP):
+        _operands.operand(name, value)
         _fields.check_field(name, tuple(value.shape))
     return value
 
@@ -30,7 +30,7 @@ def compose(u: torch.Tensor, v: torch.Tensor, padding_mode: str = "zeros") -> to
     differentiable in u and v."""
     _field("u", u)
     _field("v", v)
-    with _common.torch_errors(_common.WARP):
+    with _wording.torch_errors(_wording.WARP):
         _fields.check_pair(tuple(u.shape), tuple(v.shape))
     return _fields.compose(_sample, u, v, padding_mode)
 
@@ -40,7 +40,7 @@ def integrate_velocity(v: torch.Tensor, steps: int = 7, padding_mode: str = "zer
     """exp(v) by scaling and squaring (see ``volsample.integrate_velocity``),
     differentiable in v."""
     _field("v", v)
-    with _common.torch_errors(_common.WARP):
+    with _wording.torch_errors(_wording.WARP):
         steps = _fields.check_steps(steps)
     return _fields.integrate_velocity(_sample, v, steps, padding_mode)
 

@@ -17,7 +17,8 @@ import torch
 from .. import _calls, _checks, _config
 from .._cpu import grid_sample as _cpu
 from .._tables import MODES, PADDINGS
-from . import _common, _grid_derivatives
+from .._torch_formats import memory_format
+from . import _backends, _dispatch, _grid_derivatives, _memory, _operands, _wording
 
 _FORWARD_SCHEMA = ("(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, "
                    "bool align_corners) -> Tensor")
@@ -25,38 +26,38 @@ _BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, int interpo
                     "int padding_mode, bool align_corners, bool[] output_mask) -> (Tensor, Tensor)")
 
 
-@_common.cached_description
-@_common.raises_torch_errors(_common.GRID_SAMPLER)
+@_operands.cached_description
+@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
 def _describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _calls.GridSample:
     """The forward's checked description (every device, and the fake)."""
-    operands = _common.operand("input", input), _common.operand("grid", grid)
-    _common.same_device(input=input, grid=grid)
+    operands = _operands.operand("input", input), _operands.operand("grid", grid)
+    _operands.same_device(input=input, grid=grid)
     mode = MODES.check_code(interpolation_mode, "interpolation_mode")
     padding = PADDINGS.check_code(padding_mode)
-    return _calls.grid_sample(*operands, mode, padding, align_corners, _common.layout(input),
-                              shape_order="NCDHW", dialect=_common.TORCH, cubic=True)
+    return _calls.grid_sample(*operands, mode, padding, align_corners, _operands.layout(input),
+                              shape_order="NCDHW", dialect=_operands.TORCH, cubic=True)
 
 
-@_common.cached_description
-@_common.raises_torch_errors(_common.GRID_SAMPLER)
+@_operands.cached_description
+@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
 def _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                        align_corners, output_mask) -> _calls.GridSample:
-    operands = (_common.operand("grad_output", grad_output), _common.operand("input", input),
-                _common.operand("grid", grid))
-    _common.same_device(grad_output=grad_output, input=input, grid=grid)
+    operands = (_operands.operand("grad_output", grad_output), _operands.operand("input", input),
+                _operands.operand("grid", grid))
+    _operands.same_device(grad_output=grad_output, input=input, grid=grid)
     mode = MODES.check_code(interpolation_mode, "interpolation_mode")
     padding = PADDINGS.check_code(padding_mode)
     return _calls.grid_sample_backward(*operands, mode, padding, align_corners, output_mask,
-                                       _common.layout(input), shape_order="NCDHW",
-                                       dialect=_common.TORCH, cubic=True)
+                                       _operands.layout(input), shape_order="NCDHW",
+                                       dialect=_operands.TORCH, cubic=True)
 
 
 def _gradients(call, input, grid):
     """Uninitialised (grad_input, grad_grid) of a backward call, None where not asked for:
     grad_input in the input's memory format, grad_grid contiguous."""
     want_input, want_grid = call.output_mask
-    return (_common.empty_volume(input.shape, input) if want_input else None,
-            _common.empty_contiguous(grid) if want_grid else None)
+    return (_memory.empty_volume(input.shape, input) if want_input else None,
+            _memory.empty_contiguous(grid) if want_grid else None)
 
 
 def _returned(gradients, input, grid):
@@ -68,13 +69,13 @@ def _returned(gradients, input, grid):
 
 class _PreparedForward(NamedTuple):
     kernel: Any  # _kernels.PreparedGridSample; None: nothing to compute
-    out: Any     # the result's _common.allocator
+    out: Any     # the result's _memory.allocator
     modes: tuple  # (interpolation_mode, padding_mode, align_corners): the kernel's integers
     backwards: dict  # (grad_output's shape, strides and dtype, needs_input_grad) ->
     #                  _PreparedBackward: the eager backward's calls of this forward
 
 
-@_common.custom_op("grid_sampler_3d", _FORWARD_SCHEMA)
+@_dispatch.custom_op("grid_sampler_3d", _FORWARD_SCHEMA)
 def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
     """``aten::grid_sampler_3d`` semantics: ``input`` (N, C, D, H, W) sampled at ``grid``
     (N, Do, Ho, Wo, 3), giving (N, C, Do, Ho, Wo) in the input's dtype and memory format."""
@@ -96,42 +97,42 @@ def _prepared_forward(input, grid, *modes) -> tuple[_PreparedForward, torch.Tens
     """The prepared kernel of a CPU call: the one of its key, or, the first time, one
     checked, described and prepared on views of its tensors and of its result, which comes
     with it then (None after: no second allocation)."""
-    key = (*_common.tensor_key(input), *_common.tensor_key(grid), *modes,
+    key = (*_memory.tensor_key(input), *_memory.tensor_key(grid), *modes,
            _config.get_num_threads())
     prepared = _PREPARED_FORWARDS.get(key)
     if prepared is not None:
         return prepared, None
     call = _describe(input, grid, *modes)
-    out = _common.empty_volume(call.output_shape, input)
-    kernel = _cpu.prepare_forward(call, _common.read_only_array(input),
-                                  _common.read_only_array(grid), _common.writable_array(out))
+    out = _memory.empty_volume(call.output_shape, input)
+    kernel = _cpu.prepare_forward(call, _memory.read_only_array(input),
+                                  _memory.read_only_array(grid), _memory.writable_array(out))
     return _calls.remember(_PREPARED_FORWARDS, key,
-                           _PreparedForward(kernel, _common.allocator(out), modes, {})), out
+                           _PreparedForward(kernel, _memory.allocator(out), modes, {})), out
 
 
-_PREPARED_FORWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, threads -> _PreparedForward
+_PREPARED_FORWARDS = _calls.prepared_calls()  # _memory.tensor_key's, modes, threads -> _PreparedForward
 
 
-@_common.register_kernel(grid_sampler_3d, "cuda")
+@_dispatch.register_kernel(grid_sampler_3d, "cuda")
 def _grid_sampler_3d_cuda(input, grid, interpolation_mode, padding_mode, align_corners):
     call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
-    return _common.gpu_backend("grid_sample").forward(call, input, grid)
+    return _backends.gpu_backend("grid_sample").forward(call, input, grid)
 
 
-@_common.register_fake(grid_sampler_3d)
+@_dispatch.register_fake(grid_sampler_3d)
 def _grid_sampler_3d_fake(input, grid, interpolation_mode, padding_mode, align_corners):
     call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
-    return _common.empty_volume(call.output_shape, input)
+    return _memory.empty_volume(call.output_shape, input)
 
 
 class _PreparedBackward(NamedTuple):
     kernel: Any  # _kernels.PreparedGridSample; None: the general path (a 16-bit grad_input,
     #              or nothing for the kernel to do)
-    grad_input: Any  # the gradients' _common.allocator, None where not asked for
+    grad_input: Any  # the gradients' _memory.allocator, None where not asked for
     grad_grid: Any
 
 
-@_common.custom_op("grid_sampler_3d_backward", _BACKWARD_SCHEMA)
+@_dispatch.custom_op("grid_sampler_3d_backward", _BACKWARD_SCHEMA)
 def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                              align_corners, output_mask):
     """Gradients (grad_input, grad_grid) of ``grid_sampler_3d``; grad_input has the input's
@@ -159,8 +160,8 @@ def _run_backward(prepared, gradients, grad_output, input, grid, modes, output_m
     grad_input, grad_grid = gradients
     if prepared.kernel is None:
         call = _describe_backward(grad_output, input, grid, *modes, output_mask)
-        _cpu.backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
-                      _common.writable_array(grad_input), _common.writable_array(grad_grid))
+        _cpu.backward(call, *map(_memory.read_only_array, (grad_output, input, grid)),
+                      _memory.writable_array(grad_input), _memory.writable_array(grad_grid))
     else:
         prepared.kernel.backward(grad_output.const_data_ptr(), input.const_data_ptr(),
                                  grid.const_data_ptr(), _address(grad_input),
@@ -171,37 +172,37 @@ def _run_backward(prepared, gradients, grad_output, input, grid, modes, output_m
 def _prepared_backward(grad_output, input, grid, modes, output_mask):
     """The prepared kernel of a CPU backward and, the first time, the gradients it was
     prepared on (``_prepared_forward``'s)."""
-    key = (*_common.tensor_key(grad_output), *_common.tensor_key(input),
-           *_common.tensor_key(grid), *modes, *output_mask, _config.get_num_threads())
+    key = (*_memory.tensor_key(grad_output), *_memory.tensor_key(input),
+           *_memory.tensor_key(grid), *modes, *output_mask, _config.get_num_threads())
     prepared = _PREPARED_BACKWARDS.get(key)
     if prepared is not None:
         return prepared, None
     call = _describe_backward(grad_output, input, grid, *modes, output_mask)
     gradients = _gradients(call, input, grid)
-    kernel = _cpu.prepare_backward(call, *map(_common.read_only_array, (grad_output, input, grid)),
-                                   *map(_common.writable_array, gradients))
-    allocators = (None if t is None else _common.allocator(t) for t in gradients)
+    kernel = _cpu.prepare_backward(call, *map(_memory.read_only_array, (grad_output, input, grid)),
+                                   *map(_memory.writable_array, gradients))
+    allocators = (None if t is None else _memory.allocator(t) for t in gradients)
     prepared = _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *allocators))
     return prepared, gradients
 
 
-_PREPARED_BACKWARDS = _calls.prepared_calls()  # _common.tensor_key's, modes, mask, threads -> _PreparedBackward
+_PREPARED_BACKWARDS = _calls.prepared_calls()  # _memory.tensor_key's, modes, mask, threads -> _PreparedBackward
 
 
 def _address(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.data_ptr()
 
 
-@_common.register_kernel(grid_sampler_3d_backward, "cuda")
+@_dispatch.register_kernel(grid_sampler_3d_backward, "cuda")
 def _grid_sampler_3d_backward_cuda(grad_output, input, grid, interpolation_mode, padding_mode,
                                    align_corners, output_mask):
     call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                               align_corners, output_mask)
-    return _returned(_common.gpu_backend("grid_sample").backward(
+    return _returned(_backends.gpu_backend("grid_sample").backward(
         call, grad_output, input, grid, _config.get_deterministic()), input, grid)
 
 
-@_common.register_fake(grid_sampler_3d_backward)
+@_dispatch.register_fake(grid_sampler_3d_backward)
 def _grid_sampler_3d_backward_fake(grad_output, input, grid, interpolation_mode, padding_mode,
                                    align_corners, output_mask):
     call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
@@ -226,17 +227,17 @@ _BACKWARD_JVP_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, Tensor 
                         "bool[] output_mask) -> (Tensor, Tensor)")
 
 
-@_common.raises_torch_errors(_common.GRID_SAMPLER)
+@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
 def _check_tangent(grid_tangent, grid):
-    _common.tensor("grid_tangent", grid_tangent)
-    _checks.volume_dtype("grid_tangent", _common.operand("grid_tangent", grid_tangent).dtype,
-                         _common.TORCH.spell)
-    _common.same_device(grid_tangent=grid_tangent, grid=grid)
+    _operands.tensor("grid_tangent", grid_tangent)
+    _checks.volume_dtype("grid_tangent", _operands.operand("grid_tangent", grid_tangent).dtype,
+                         _operands.TORCH.spell)
+    _operands.same_device(grid_tangent=grid_tangent, grid=grid)
     _checks.shape_equal("grid_tangent", grid_tangent.shape, grid.shape, "grid's shape")
 
 
-@_common.custom_op("grid_sampler_3d_jvp", _JVP_SCHEMA, devices=("cpu", "cuda"))
-@_common.raises_torch_errors(_common.GRID_SAMPLER)
+@_dispatch.custom_op("grid_sampler_3d_jvp", _JVP_SCHEMA, devices=("cpu", "cuda"))
+@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
 def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_mode,
                         align_corners):
     """The derivative of ``grid_sampler_3d(input, grid)`` along ``grid_tangent`` (a grid
@@ -248,21 +249,21 @@ def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_m
                                          padding_mode, align_corners).zero_()
     out = _grid_derivatives.forward_grid_jvp(input, grid, grid_tangent, call.mode,
                                              call.padding, call.align_corners)
-    return out.contiguous(memory_format=_common.memory_format(input))
+    return out.contiguous(memory_format=memory_format(input))
 
 
-@_common.register_fake(grid_sampler_3d_jvp)
-@_common.raises_torch_errors(_common.GRID_SAMPLER)
+@_dispatch.register_fake(grid_sampler_3d_jvp)
+@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
 def _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode, padding_mode,
                               align_corners):
     call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
     _check_tangent(grid_tangent, grid)
-    return _common.empty_volume(call.output_shape, input)
+    return _memory.empty_volume(call.output_shape, input)
 
 
-@_common.custom_op("grid_sampler_3d_backward_jvp", _BACKWARD_JVP_SCHEMA,
-                   devices=("cpu", "cuda"))
-@_common.raises_torch_errors(_common.GRID_SAMPLER)
+@_dispatch.custom_op("grid_sampler_3d_backward_jvp", _BACKWARD_JVP_SCHEMA,
+                     devices=("cpu", "cuda"))
+@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
 def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpolation_mode,
                                  padding_mode, align_corners, output_mask):
     """The derivatives of ``grid_sampler_3d_backward``'s (grad_input, grad_grid) along
@@ -282,12 +283,12 @@ def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpo
         grad_output, input, grid, grid_tangent, call.mode, call.padding, call.align_corners,
         want_input, want_grid)
     return (_unasked(input) if grad_input is None
-            else grad_input.contiguous(memory_format=_common.memory_format(input)),
+            else grad_input.contiguous(memory_format=memory_format(input)),
             _unasked(grid) if grad_grid is None else grad_grid)
 
 
-@_common.register_fake(grid_sampler_3d_backward_jvp)
-@_common.raises_torch_errors(_common.GRID_SAMPLER)
+@_dispatch.register_fake(grid_sampler_3d_backward_jvp)
+@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
 def _grid_sampler_3d_backward_jvp_fake(grad_output, input, grid, grid_tangent,
                                        interpolation_mode, padding_mode, align_corners,
                                        output_mask):
@@ -310,36 +311,36 @@ def _sample_batched(op, info, in_dims, tensors, modes):
     if in_dims[0] is None:
         grid, dim = grids[0], in_dims[1]
         Do = grid.shape[1] if dim is None else grid.movedim(dim, 0).shape[2]
-        folded = [_common.fold_points(g, d, B) for g, d in zip(grids, in_dims[1:])]
+        folded = [_dispatch.fold_points(g, d, B) for g, d in zip(grids, in_dims[1:])]
         out = op(input, *folded, *modes)  # (N, C, B * Do, Ho, Wo)
         return out.unflatten(2, (B, Do)), 2
-    return _common.unfold_n(op(*_common.fold_into_n(B, in_dims, tensors), *modes), B)
+    return _dispatch.unfold_n(op(*_dispatch.fold_into_n(B, in_dims, tensors), *modes), B)
 
 
-@_common.register_vmap(grid_sampler_3d)
+@_dispatch.register_vmap(grid_sampler_3d)
 def _grid_sampler_3d_vmap(info, in_dims, input, grid, *modes):
     return _sample_batched(grid_sampler_3d, info, in_dims, (input, grid), modes)
 
 
-@_common.register_vmap(grid_sampler_3d_jvp)
+@_dispatch.register_vmap(grid_sampler_3d_jvp)
 def _grid_sampler_3d_jvp_vmap(info, in_dims, input, grid, grid_tangent, *modes):
     return _sample_batched(grid_sampler_3d_jvp, info, in_dims, (input, grid, grid_tangent), modes)
 
 
-@_common.register_vmap(grid_sampler_3d_backward)
+@_dispatch.register_vmap(grid_sampler_3d_backward)
 def _grid_sampler_3d_backward_vmap(info, in_dims, grad_output, input, grid, *modes_and_mask):
-    tensors = _common.fold_into_n(info.batch_size, in_dims, (grad_output, input, grid))
-    return _common.unfold_n(grid_sampler_3d_backward(*tensors, *modes_and_mask),
-                            info.batch_size)
+    tensors = _dispatch.fold_into_n(info.batch_size, in_dims, (grad_output, input, grid))
+    return _dispatch.unfold_n(grid_sampler_3d_backward(*tensors, *modes_and_mask),
+                              info.batch_size)
 
 
-@_common.register_vmap(grid_sampler_3d_backward_jvp)
+@_dispatch.register_vmap(grid_sampler_3d_backward_jvp)
 def _grid_sampler_3d_backward_jvp_vmap(info, in_dims, grad_output, input, grid, grid_tangent,
                                        *modes_and_mask):
-    tensors = _common.fold_into_n(info.batch_size, in_dims,
-                                  (grad_output, input, grid, grid_tangent))
-    return _common.unfold_n(grid_sampler_3d_backward_jvp(*tensors, *modes_and_mask),
-                            info.batch_size)
+    tensors = _dispatch.fold_into_n(info.batch_size, in_dims,
+                                    (grad_output, input, grid, grid_tangent))
+    return _dispatch.unfold_n(grid_sampler_3d_backward_jvp(*tensors, *modes_and_mask),
+                              info.batch_size)
 
 
 # ---------------------------------------------------------------------------------------
@@ -359,40 +360,40 @@ def _add(a, b):
 
 
 def _forward(input, grid, *modes):
-    return _common.call(_GridSampler3d, grid_sampler_3d, input, grid, *modes)
+    return _dispatch.call(_GridSampler3d, grid_sampler_3d, input, grid, *modes)
 
 
-_cpu_backward = _common.cpu_kernel(grid_sampler_3d_backward)
+_cpu_backward = _dispatch.cpu_kernel(grid_sampler_3d_backward)
 
 
 def _backward_op(grad_output, input, grid, *modes_and_mask):
-    if not torch.is_grad_enabled() and _common.eager(grad_output, input, grid):
+    if not torch.is_grad_enabled() and _dispatch.eager(grad_output, input, grid):
         return _cpu_backward(grad_output, input, grid, *modes_and_mask)  # a plain backward
-    return _common.call(_GridSampler3dBackward, grid_sampler_3d_backward, grad_output, input,
-                        grid, *modes_and_mask)
+    return _dispatch.call(_GridSampler3dBackward, grid_sampler_3d_backward, grad_output, input,
+                          grid, *modes_and_mask)
 
 
 def _grid_jvp(input, grid, tangent, *modes):
-    return _common.call(_GridJvp, grid_sampler_3d_jvp, input, grid, tangent, *modes)
+    return _dispatch.call(_GridJvp, grid_sampler_3d_jvp, input, grid, tangent, *modes)
 
 
 def _backward_grid_jvp(grad_output, input, grid, tangent, *modes_and_mask):
-    return _common.call(_BackwardJvp, grid_sampler_3d_backward_jvp, grad_output, input, grid,
-                        tangent, *modes_and_mask)
+    return _dispatch.call(_BackwardJvp, grid_sampler_3d_backward_jvp, grad_output, input, grid,
+                          tangent, *modes_and_mask)
 
 
-class _GridSampler3d(_common.Function):
+class _GridSampler3d(_dispatch.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(input, grid, interpolation_mode, padding_mode, align_corners):
-        return _common.below_autograd(grid_sampler_3d, input, grid, interpolation_mode,
-                                      padding_mode, align_corners)
+        return _dispatch.below_autograd(grid_sampler_3d, input, grid, interpolation_mode,
+                                        padding_mode, align_corners)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:2])
-        if _common.forward_ad_active():
+        if _dispatch.forward_ad_active():
             ctx.save_for_forward(*inputs[:2])
         ctx.modes = inputs[2:]  # interpolation_mode, padding_mode, align_corners
 
@@ -415,7 +416,7 @@ class _GridSampler3d(_common.Function):
         return out
 
 
-class _GridSampler3dBackward(_common.Function):
+class _GridSampler3dBackward(_dispatch.Function):
     """The backward as a function of (grad_output, input, grid): linear in grad_output and
     in input; its grid derivatives are the second derivatives of the forward."""
     generate_vmap_rule = True
@@ -423,14 +424,14 @@ class _GridSampler3dBackward(_common.Function):
     @staticmethod
     def forward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
                 output_mask):
-        return _common.below_autograd(grid_sampler_3d_backward, grad_output, input, grid,
-                                      interpolation_mode, padding_mode, align_corners,
-                                      output_mask)
+        return _dispatch.below_autograd(grid_sampler_3d_backward, grad_output, input, grid,
+                                        interpolation_mode, padding_mode, align_corners,
+                                        output_mask)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:3])
-        if _common.forward_ad_active():
+        if _dispatch.forward_ad_active():
             ctx.save_for_forward(*inputs[:3])
         ctx.modes = inputs[3:6]
         ctx.output_mask = list(inputs[6])
@@ -485,7 +486,7 @@ def _or_zero(tangent, empty):
     return empty.zero_() if tangent is None else tangent
 
 
-class _ThirdOrderUnsupported(_common.Function):
+class _ThirdOrderUnsupported(_dispatch.Function):
     """Base of the grid-direction derivative ops' Functions: their own derivatives would
     be third derivatives of grid sampling, which volsample does not provide."""
     generate_vmap_rule = True
@@ -507,19 +508,19 @@ class _ThirdOrderUnsupported(_common.Function):
 class _GridJvp(_ThirdOrderUnsupported):
     @staticmethod
     def forward(*args):
-        return _common.below_autograd(grid_sampler_3d_jvp, *args)
+        return _dispatch.below_autograd(grid_sampler_3d_jvp, *args)
 
 
 class _BackwardJvp(_ThirdOrderUnsupported):
     @staticmethod
     def forward(*args):
-        return _common.below_autograd(grid_sampler_3d_backward_jvp, *args)
+        return _dispatch.below_autograd(grid_sampler_3d_backward_jvp, *args)
 
 
-_common.set_autograd_kernels({"grid_sampler_3d": _GridSampler3d,
-                              "grid_sampler_3d_backward": _GridSampler3dBackward,
-                              "grid_sampler_3d_jvp": _GridJvp,
-                              "grid_sampler_3d_backward_jvp": _BackwardJvp})
+_dispatch.set_autograd_kernels({"grid_sampler_3d": _GridSampler3d,
+                                "grid_sampler_3d_backward": _GridSampler3dBackward,
+                                "grid_sampler_3d_jvp": _GridJvp,
+                                "grid_sampler_3d_backward_jvp": _BackwardJvp})
 
 
 def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
@@ -571,7 +572,7 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     """
     key = None
     # (eager first: torch.compile never traces the lookup, nor guards on the cache)
-    if (align_corners is None or type(align_corners) is bool) and _common.eager(input, grid):
+    if (align_corners is None or type(align_corners) is bool) and _dispatch.eager(input, grid):
         try:  # a call met before: its prepared kernel, found with no other check
             key = (input.shape, input.stride(), input.dtype, grid.shape, grid.stride(),
                    grid.dtype, mode, padding_mode, align_corners, _config.get_num_threads())
@@ -582,12 +583,12 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
             if _grad_enabled() and (input.requires_grad or grid.requires_grad):
                 return _eager_apply(input, grid, prepared)
             return _sample(input, grid, prepared)
-    with _common.torch_errors(_common.GRID_SAMPLER):
-        _common.tensor("input", input)
-        _common.tensor("grid", grid)
+    with _wording.torch_errors(_wording.GRID_SAMPLER):
+        _operands.tensor("input", input)
+        _operands.tensor("grid", grid)
         modes = (MODES.code(mode), PADDINGS.code(padding_mode),
-                 _common.align_corners(align_corners))
-    if not _common.eager(input, grid):
+                 _operands.align_corners(align_corners))
+    if not _dispatch.eager(input, grid):
         return _forward(input, grid, *modes)
     prepared, out = _prepared_forward(input, grid, *modes)
     if prepared.kernel is None:  # nothing to compute: the general path
@@ -603,7 +604,7 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
 # and padding strings, align_corners, the thread count) -> their _PreparedForward. A call
 # of a key found here passed the checks before, so only its being eager is asked again.
 _EAGER_CALLS = _calls.prepared_calls()
-_grad_enabled = torch.is_grad_enabled  # bound once, as _common.nothing_watches's tests
+_grad_enabled = torch.is_grad_enabled  # bound once, as _dispatch.nothing_watches's tests
 
 
 class _EagerGridSampler3d(torch.autograd.Function):
@@ -611,7 +612,7 @@ class _EagerGridSampler3d(torch.autograd.Function):
     ``_PreparedForward``: its forward runs that kernel; it saves nothing for forward mode
     (an eager call has no forward-AD level and no transform); its backward runs the
     prepared backward kernel when the gradient is a plain CPU tensor too and nothing
-    watches (``_common.direct``; the operands were checked by the forward), else
+    watches (``_dispatch.direct``; the operands were checked by the forward), else
     ``_GridSampler3d``'s. The old-style ``forward(ctx, ...)`` is one Python call, where
     ``setup_context`` would be a second."""
 
@@ -624,7 +625,7 @@ class _EagerGridSampler3d(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         modes = ctx.prepared.modes
-        if _grad_enabled() or not _common.direct((grad_output,)):
+        if _grad_enabled() or not _dispatch.direct((grad_output,)):
             ctx.modes = modes
             return _GridSampler3d.backward(ctx, grad_output)
         input, grid = ctx.saved_tensors
@@ -643,4 +644,4 @@ class _EagerGridSampler3d(torch.autograd.Function):
 # The engine calls a backward node's ``apply``, whose default finds the user's backward in
 # two more Python calls: this node's is that backward itself.
 _EagerGridSampler3d._backward_cls.apply = _EagerGridSampler3d.backward
-_eager_apply = _common.c_apply(_EagerGridSampler3d)
+_eager_apply = _dispatch.c_apply(_EagerGridSampler3d)

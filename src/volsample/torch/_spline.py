@@ -19,23 +19,23 @@ import torch
 
 from .. import _checks, spline
 from .._tables import PADDINGS
-from . import _common
+from . import _dispatch, _memory, _operands, _wording
 
 SPLINE = "spline_coefficients"  # the operator, in errors (volsample's own words)
 
 
 def _filter(volume, padding: int, align_corners: bool, adjoint: bool):
     """The prefilter (or its adjoint) of ``volume``: its shape, dtype and memory format."""
-    if not _common.plain_cpu(volume):  # on CUDA, or batched by PyTorch's gradient checks
+    if not _dispatch.plain_cpu(volume):  # on CUDA, or batched by PyTorch's gradient checks
         out = torch.empty_like(volume)  # the volume's memory format
         return out.copy_(_device_filter(volume, padding, align_corners, adjoint))
-    out = _common.empty_volume(volume.shape, volume)
+    out = _memory.empty_volume(volume.shape, volume)
     if volume.numel() == 0:
         return out
     function = spline.spline_coefficients_adjoint if adjoint else spline.spline_coefficients
-    coefficients = function(_common.read_only_array(volume), PADDINGS.of(padding).name,
+    coefficients = function(_memory.read_only_array(volume), PADDINGS.of(padding).name,
                             align_corners)
-    _common.writable_array(out)[...] = coefficients  # type: ignore[index]  # not None
+    _memory.writable_array(out)[...] = coefficients  # type: ignore[index]  # not None
     return out
 
 
@@ -61,7 +61,7 @@ def _inverse(size: int, padding: int, align_corners: bool) -> np.ndarray:
     return inverse
 
 
-class _Prefilter(_common.Function):
+class _Prefilter(_dispatch.Function):
     """The prefilter (``adjoint`` False) or its adjoint (True): linear, each the other's
     transpose."""
 
@@ -85,9 +85,9 @@ class _Prefilter(_common.Function):
     @staticmethod
     def vmap(info, in_dims, volume, padding, align_corners, adjoint):
         # Each (n, c) volume is filtered alone: the vmapped dimension folds into N.
-        folded, = _common.fold_into_n(info.batch_size, in_dims[:1], (volume,))
-        return _common.unfold_n(_Prefilter.apply(folded, padding, align_corners, adjoint),
-                                info.batch_size)
+        folded, = _dispatch.fold_into_n(info.batch_size, in_dims[:1], (volume,))
+        return _dispatch.unfold_n(_Prefilter.apply(folded, padding, align_corners, adjoint),
+                                  info.batch_size)
 
 
 def spline_coefficients(volume: torch.Tensor, padding_mode: str = "border",
@@ -131,10 +131,10 @@ def spline_coefficients(volume: torch.Tensor, padding_mode: str = "border",
     >>> vt.grid_sample(c, last, "bspline", "border", True).flatten().round(decimals=9)
     tensor([529.], dtype=torch.float64)
     """
-    with _common.torch_errors(SPLINE):
-        _common.tensor("volume", volume)
-        _checks.volume_dtype("volume", _common.operand("volume", volume).dtype,
-                             _common.TORCH.spell)
+    with _wording.torch_errors(SPLINE):
+        _operands.tensor("volume", volume)
+        _checks.volume_dtype("volume", _operands.operand("volume", volume).dtype,
+                             _operands.TORCH.spell)
         padding = PADDINGS.code(padding_mode)
         align_corners = _checks.boolean("align_corners", align_corners)
         _checks.nonempty_spatial("volume", volume.shape[2:])

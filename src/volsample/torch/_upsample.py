@@ -18,7 +18,8 @@ import torch
 
 from .. import _calls, _config
 from .._cpu import upsample as _cpu
-from . import _common
+from .._torch_formats import memory_format
+from . import _backends, _dispatch, _memory, _operands, _wording
 
 _FORWARD_SCHEMA = ("(Tensor input, SymInt[3] output_size, bool align_corners, "
                    "float[]? scales=None) -> Tensor")
@@ -32,32 +33,32 @@ def _symbolic(sizes) -> bool:
     return any(isinstance(v, torch.SymInt) for v in sizes)
 
 
-@_common.cached_description
-@_common.raises_torch_errors(_common.UPSAMPLE)
+@_operands.cached_description
+@_wording.raises_torch_errors(_wording.UPSAMPLE)
 def _describe(input, output_size, align_corners, scales) -> _calls.Upsample:
     """The forward's checked description (every device, and the fake): ``scales``, if
     given, must be the factors that made ``output_size`` (a scale maps coordinates)."""
-    return _calls.upsample(_common.operand("input", input), size=list(output_size),
-                           align_corners=align_corners, layout=_common.layout(input),
+    return _calls.upsample(_operands.operand("input", input), size=list(output_size),
+                           align_corners=align_corners, layout=_operands.layout(input),
                            scales=scales, size_name="output_size", shape_order="NCDHW",
-                           dialect=_common.TORCH)
+                           dialect=_operands.TORCH)
 
 
-@_common.cached_description
-@_common.raises_torch_errors(_common.UPSAMPLE)
+@_operands.cached_description
+@_wording.raises_torch_errors(_wording.UPSAMPLE)
 def _describe_backward(grad_output, input_size, align_corners, scales) -> _calls.Upsample:
-    return _calls.upsample_backward(_common.operand("grad_output", grad_output),
+    return _calls.upsample_backward(_operands.operand("grad_output", grad_output),
                                     list(input_size), align_corners, scales,
-                                    _common.layout(grad_output), shape_order="NCDHW",
-                                    dialect=_common.TORCH)
+                                    _operands.layout(grad_output), shape_order="NCDHW",
+                                    dialect=_operands.TORCH)
 
 
 class _Prepared(NamedTuple):
     kernel: Any  # _kernels.PreparedUpsample; None: the general path (a copy, or nothing)
-    result: Any  # the result's _common.allocator
+    result: Any  # the result's _memory.allocator
 
 
-@_common.custom_op("upsample_trilinear3d", _FORWARD_SCHEMA)
+@_dispatch.custom_op("upsample_trilinear3d", _FORWARD_SCHEMA)
 def upsample_trilinear3d(input, output_size, align_corners, scales=None):
     """Resize ``input`` (N, C, Di, Hi, Wi) to spatial ``output_size`` (Do, Ho, Wo) by
     trilinear interpolation; ``scales`` (D, H, W), if given, are the factors that made
@@ -70,17 +71,17 @@ def _resample(backward: bool, src, size, align_corners, scales):
     backward (``src`` grad_output, ``size`` the input's), prepared once per key (see
     ``_calls.remember``)."""
     prepared_calls = _PREPARED_BACKWARDS if backward else _PREPARED_FORWARDS
-    key = (_common.tensor_key(src), *size, align_corners,
+    key = (_memory.tensor_key(src), *size, align_corners,
            None if scales is None else tuple(scales), _config.get_num_threads())
     prepared = prepared_calls.get(key)
     if prepared is None or prepared.kernel is None:
         call = (_describe_backward if backward else _describe)(src, size, align_corners, scales)
-        dst = _common.empty_volume(call.input_shape if backward else call.output_shape, src)
-        arrays = _common.read_only_array(src), _common.writable_array(dst)
+        dst = _memory.empty_volume(call.input_shape if backward else call.output_shape, src)
+        arrays = _memory.read_only_array(src), _memory.writable_array(dst)
         if prepared is None:
             prepared = _calls.remember(prepared_calls, key, _Prepared(
                 (_cpu.prepare_backward if backward else _cpu.prepare_forward)(call, *arrays),
-                _common.allocator(dst)))
+                _memory.allocator(dst)))
         if prepared.kernel is None:
             (_cpu.backward if backward else _cpu.forward)(call, *arrays)
             return dst
@@ -95,21 +96,21 @@ _PREPARED_FORWARDS = _calls.prepared_calls()  # tensor_key, sizes, scales, threa
 _PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
-@_common.register_kernel(upsample_trilinear3d, "cuda")
+@_dispatch.register_kernel(upsample_trilinear3d, "cuda")
 def _upsample_trilinear3d_cuda(input, output_size, align_corners, scales=None):
     call = _describe(input, output_size, align_corners, scales)
-    return _common.gpu_backend("upsample").forward(call, input)
+    return _backends.gpu_backend("upsample").forward(call, input)
 
 
-@_common.register_fake(upsample_trilinear3d)
+@_dispatch.register_fake(upsample_trilinear3d)
 def _upsample_trilinear3d_fake(input, output_size, align_corners, scales=None):
     if _symbolic(output_size) or _symbolic(input.shape):
-        return _common.empty_volume(tuple(input.shape[:2]) + tuple(output_size), input)
-    return _common.empty_volume(_describe(input, output_size, align_corners, scales).output_shape,
+        return _memory.empty_volume(tuple(input.shape[:2]) + tuple(output_size), input)
+    return _memory.empty_volume(_describe(input, output_size, align_corners, scales).output_shape,
                                 input)
 
 
-@_common.custom_op("upsample_trilinear3d_backward", _BACKWARD_SCHEMA)
+@_dispatch.custom_op("upsample_trilinear3d_backward", _BACKWARD_SCHEMA)
 def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales=None):
     """Gradient of ``upsample_trilinear3d`` for its input, of logical shape ``input_size``
     (N, C, Di, Hi, Wi), in grad_output's dtype and memory format. ``scales`` are the
@@ -117,66 +118,66 @@ def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales
     return _resample(True, grad_output, input_size, align_corners, scales)
 
 
-@_common.register_kernel(upsample_trilinear3d_backward, "cuda")
+@_dispatch.register_kernel(upsample_trilinear3d_backward, "cuda")
 def _upsample_trilinear3d_backward_cuda(grad_output, input_size, align_corners, scales=None):
     call = _describe_backward(grad_output, input_size, align_corners, scales)
-    return _common.gpu_backend("upsample").backward(call, grad_output,
-                                                    _config.get_deterministic())
+    return _backends.gpu_backend("upsample").backward(call, grad_output,
+                                                      _config.get_deterministic())
 
 
-@_common.register_fake(upsample_trilinear3d_backward)
+@_dispatch.register_fake(upsample_trilinear3d_backward)
 def _upsample_trilinear3d_backward_fake(grad_output, input_size, align_corners, scales=None):
     if _symbolic(input_size) or _symbolic(grad_output.shape):
-        return _common.empty_volume(tuple(input_size), grad_output)
-    return _common.empty_volume(
+        return _memory.empty_volume(tuple(input_size), grad_output)
+    return _memory.empty_volume(
         _describe_backward(grad_output, input_size, align_corners, scales).input_shape,
         grad_output)
 
 
-@_common.register_vmap(upsample_trilinear3d)
+@_dispatch.register_vmap(upsample_trilinear3d)
 def _upsample_trilinear3d_vmap(info, in_dims, input, output_size, align_corners, scales=None):
     """vmap: one call, the batch folded into N."""
-    (input,) = _common.fold_into_n(info.batch_size, in_dims[:1], (input,))
-    return _common.unfold_n(upsample_trilinear3d(input, output_size, align_corners, scales),
-                            info.batch_size)
+    (input,) = _dispatch.fold_into_n(info.batch_size, in_dims[:1], (input,))
+    return _dispatch.unfold_n(upsample_trilinear3d(input, output_size, align_corners, scales),
+                              info.batch_size)
 
 
-@_common.register_vmap(upsample_trilinear3d_backward)
+@_dispatch.register_vmap(upsample_trilinear3d_backward)
 def _upsample_trilinear3d_backward_vmap(info, in_dims, grad_output, input_size, align_corners,
                                         scales=None):
-    (grad_output,) = _common.fold_into_n(info.batch_size, in_dims[:1], (grad_output,))
+    (grad_output,) = _dispatch.fold_into_n(info.batch_size, in_dims[:1], (grad_output,))
     input_size = [info.batch_size * input_size[0], *input_size[1:]]
-    return _common.unfold_n(upsample_trilinear3d_backward(grad_output, input_size,
-                                                          align_corners, scales),
-                            info.batch_size)
+    return _dispatch.unfold_n(upsample_trilinear3d_backward(grad_output, input_size,
+                                                            align_corners, scales),
+                              info.batch_size)
 
 
 def _forward(input, output_size, align_corners, scales):
-    return _common.call(_UpsampleTrilinear3d, upsample_trilinear3d, input, output_size,
-                        align_corners, scales)
+    return _dispatch.call(_UpsampleTrilinear3d, upsample_trilinear3d, input, output_size,
+                          align_corners, scales)
 
 
 def _backward(grad_output, input_size, align_corners, scales):
-    if not torch.is_grad_enabled() and _common.eager(grad_output):  # a plain backward
+    if not torch.is_grad_enabled() and _dispatch.eager(grad_output):  # a plain backward
         return _resample(True, grad_output, input_size, align_corners, scales)
-    return _common.call(_UpsampleTrilinear3dBackward, upsample_trilinear3d_backward,
-                        grad_output, input_size, align_corners, scales)
+    return _dispatch.call(_UpsampleTrilinear3dBackward, upsample_trilinear3d_backward,
+                          grad_output, input_size, align_corners, scales)
 
 
-class _UpsampleTrilinear3d(_common.Function):
+class _UpsampleTrilinear3d(_dispatch.Function):
     """Linear: its jvp is itself on the tangent, its adjoint the backward op."""
     generate_vmap_rule = True
 
     @staticmethod
     def forward(input, output_size, align_corners, scales=None):
-        return _common.below_autograd(upsample_trilinear3d, input, output_size, align_corners,
-                                      scales)
+        return _dispatch.below_autograd(upsample_trilinear3d, input, output_size, align_corners,
+                                        scales)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         input, ctx.output_size, ctx.align_corners, ctx.scales = inputs
         ctx.input_size = list(input.shape)
-        ctx.memory_format = _common.memory_format(input)
+        ctx.memory_format = memory_format(input)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -189,14 +190,14 @@ class _UpsampleTrilinear3d(_common.Function):
         return _forward(input_tangent, ctx.output_size, ctx.align_corners, ctx.scales)
 
 
-class _UpsampleTrilinear3dBackward(_common.Function):
+class _UpsampleTrilinear3dBackward(_dispatch.Function):
     """The adjoint map, linear in grad_output: its adjoint is the forward."""
     generate_vmap_rule = True
 
     @staticmethod
     def forward(grad_output, input_size, align_corners, scales=None):
-        return _common.below_autograd(upsample_trilinear3d_backward, grad_output, input_size,
-                                      align_corners, scales)
+        return _dispatch.below_autograd(upsample_trilinear3d_backward, grad_output, input_size,
+                                        align_corners, scales)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -213,8 +214,8 @@ class _UpsampleTrilinear3dBackward(_common.Function):
         return _backward(grad_output_tangent, ctx.input_size, ctx.align_corners, ctx.scales)
 
 
-_common.set_autograd_kernels({"upsample_trilinear3d": _UpsampleTrilinear3d,
-                              "upsample_trilinear3d_backward": _UpsampleTrilinear3dBackward})
+_dispatch.set_autograd_kernels({"upsample_trilinear3d": _UpsampleTrilinear3d,
+                                "upsample_trilinear3d_backward": _UpsampleTrilinear3dBackward})
 
 
 def upsample_trilinear(input: torch.Tensor, size: int | Sequence[int] | None = None,
@@ -254,14 +255,14 @@ def upsample_trilinear(input: torch.Tensor, size: int | Sequence[int] | None = N
     >>> volsample.torch.upsample_trilinear(volume, size=(1, 1, 3), align_corners=True).flatten()
     tensor([0.0000, 0.5000, 1.0000])
     """
-    with _common.torch_errors(_common.UPSAMPLE):
-        call = _calls.upsample(_common.operand("input", input),
-                               None if size is None else _common.sizes(size), scale_factor,
-                               _common.align_corners(align_corners), _common.layout(input),
-                               shape_order="NCDHW", dialect=_common.TORCH)
+    with _wording.torch_errors(_wording.UPSAMPLE):
+        call = _calls.upsample(_operands.operand("input", input),
+                               None if size is None else _operands.sizes(size), scale_factor,
+                               _operands.align_corners(align_corners), _operands.layout(input),
+                               shape_order="NCDHW", dialect=_operands.TORCH)
     args = (list(call.output_shape[2:]), call.align_corners,
             None if call.scales[0] is None else list(call.scales))
-    if _common.eager(input):  # the shortest way: what _forward would pick, unchecked
+    if _dispatch.eager(input):  # the shortest way: what _forward would pick, unchecked
         if torch.is_grad_enabled() and input.requires_grad:
             return _eager_apply(input, *args)
         return _resample(False, input, *args)
@@ -277,4 +278,4 @@ class _EagerUpsampleTrilinear3d(_UpsampleTrilinear3d):
         return _resample(False, input, output_size, align_corners, scales)
 
 
-_eager_apply = _common.c_apply(_EagerUpsampleTrilinear3d)
+_eager_apply = _dispatch.c_apply(_EagerUpsampleTrilinear3d)

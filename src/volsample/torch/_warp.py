@@ -21,7 +21,7 @@ import torch
 from .. import _calls, _config, _coords
 from .._cpu import warp as _cpu
 from .._tables import MODES, PADDINGS, UNITS, VOXELS
-from . import _common
+from . import _backends, _dispatch, _memory, _operands, _wording
 from . import _grid_sample
 from ._warp_call import describe as _describe, describe_backward as _describe_backward
 from ._warp_call import gradients as _gradients, read as _read
@@ -43,16 +43,16 @@ class _Prepared(NamedTuple):
     """What a CPU call of a key keeps (as grid sampling's prepared calls): its checked
     description, its kernel arguments (``_cpu.warp.PreparedWarp``; None: the general
     path, for bfloat16 views, a 16-bit grad_input or nothing to compute) and its results'
-    ``_common.allocator``s, None for one not asked for."""
+    ``_memory.allocator``s, None for one not asked for."""
     call: _calls.Warp
     kernel: Any
     results: tuple
 
 
 def _key(*parts):
-    """A CPU call's key: its tensors' ``_common.tensor_key`` (None for an absent one), its
+    """A CPU call's key: its tensors' ``_memory.tensor_key`` (None for an absent one), its
     other arguments and the thread count."""
-    return tuple(None if p is None else _common.tensor_key(p) if isinstance(p, torch.Tensor)
+    return tuple(None if p is None else _memory.tensor_key(p) if isinstance(p, torch.Tensor)
                  else p for p in parts) + (_config.get_num_threads(),)
 
 
@@ -61,10 +61,10 @@ def _prepared(cache, key, call, kernel, results) -> _Prepared:
     ``prepare_forward`` or ``prepare_backward`` of its arrays) and its result tensors
     (None where not asked for)."""
     return _calls.remember(cache, key, _Prepared(call, kernel, tuple(
-        None if t is None else _common.allocator(t) for t in results)))
+        None if t is None else _memory.allocator(t) for t in results)))
 
 
-@_common.custom_op("warp_3d", _FORWARD_SCHEMA)
+@_dispatch.custom_op("warp_3d", _FORWARD_SCHEMA)
 def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
             displacement_units):
     """``input`` (N, C, D, H, W) sampled at ``affine_grid(theta, size) + displacement``
@@ -76,10 +76,10 @@ def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, 
     if prepared is None:
         call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
                          align_corners, displacement_units)
-        out = _common.empty_volume(call.output_shape, input)
+        out = _memory.empty_volume(call.output_shape, input)
     else:
         call, out = prepared.call, prepared.results[0]()
-    arrays = _read(input), _read(theta), _read(displacement), _common.writable_array(out)
+    arrays = _read(input), _read(theta), _read(displacement), _memory.writable_array(out)
     if prepared is None:
         prepared = _prepared(_PREPARED_FORWARDS, key, call, _cpu.prepare_forward(call, *arrays),
                              (out,))
@@ -94,12 +94,12 @@ _PREPARED_FORWARDS = _calls.prepared_calls()  # _key -> _Prepared
 _PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
-@_common.register_kernel(warp_3d, "cuda")
+@_dispatch.register_kernel(warp_3d, "cuda")
 def _warp_3d_cuda(input, theta, displacement, size, interpolation_mode, padding_mode,
                   align_corners, displacement_units):
     call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
                      align_corners, displacement_units)
-    return _common.gpu_backend("warp").forward(call, input, theta, displacement)
+    return _backends.gpu_backend("warp").forward(call, input, theta, displacement)
 
 
 def _symbolic(*shapes) -> bool:
@@ -108,17 +108,17 @@ def _symbolic(*shapes) -> bool:
     return any(isinstance(v, torch.SymInt) for shape in shapes for v in shape)
 
 
-@_common.register_fake(warp_3d)
+@_dispatch.register_fake(warp_3d)
 def _warp_3d_fake(input, theta, displacement, size, interpolation_mode, padding_mode,
                   align_corners, displacement_units):
     if _symbolic(input.shape, size):
-        return _common.empty_volume(tuple(input.shape[:2]) + tuple(size), input)
+        return _memory.empty_volume(tuple(input.shape[:2]) + tuple(size), input)
     call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
                      align_corners, displacement_units)
-    return _common.empty_volume(call.output_shape, input)
+    return _memory.empty_volume(call.output_shape, input)
 
 
-@_common.custom_op("warp_3d_backward", _BACKWARD_SCHEMA)
+@_dispatch.custom_op("warp_3d_backward", _BACKWARD_SCHEMA)
 def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode, padding_mode,
                      align_corners, displacement_units, output_mask):
     """Gradients (grad_input, grad_theta, grad_displacement) of ``warp_3d``, as
@@ -135,7 +135,7 @@ def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode
         call = prepared.call
         gradients = tuple(None if new is None else new() for new in prepared.results)
     arrays = (*map(_read, (grad_output, input, theta, displacement)),
-              *map(_common.writable_array, gradients))
+              *map(_memory.writable_array, gradients))
     if prepared is None:
         prepared = _prepared(_PREPARED_BACKWARDS, key, call,
                              _cpu.prepare_backward(call, *arrays), gradients)
@@ -146,16 +146,16 @@ def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode
     return _returned(gradients, input)
 
 
-@_common.register_kernel(warp_3d_backward, "cuda")
+@_dispatch.register_kernel(warp_3d_backward, "cuda")
 def _warp_3d_backward_cuda(grad_output, input, theta, displacement, interpolation_mode,
                            padding_mode, align_corners, displacement_units, output_mask):
     call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
                               padding_mode, align_corners, displacement_units, output_mask)
-    return _returned(_common.gpu_backend("warp").backward(
+    return _returned(_backends.gpu_backend("warp").backward(
         call, grad_output, input, theta, displacement, _config.get_deterministic()), input)
 
 
-@_common.register_fake(warp_3d_backward)
+@_dispatch.register_fake(warp_3d_backward)
 def _warp_3d_backward_fake(grad_output, input, theta, displacement, interpolation_mode,
                            padding_mode, align_corners, displacement_units, output_mask):
     if _symbolic(grad_output.shape, input.shape):
@@ -229,27 +229,27 @@ def _grid_tangent(theta_tangent, displacement_tangent, size, input, align_corner
 # ---------------------------------------------------------------------------------------
 
 
-@_common.register_vmap(warp_3d)
+@_dispatch.register_vmap(warp_3d)
 def _warp_3d_vmap(info, in_dims, input, theta, displacement, *args):
     """vmap: one call, the batch folded into N (theta's and the displacement's too)."""
-    tensors = _common.fold_into_n(info.batch_size, in_dims, (input, theta, displacement))
-    return _common.unfold_n(warp_3d(*tensors, *args), info.batch_size)
+    tensors = _dispatch.fold_into_n(info.batch_size, in_dims, (input, theta, displacement))
+    return _dispatch.unfold_n(warp_3d(*tensors, *args), info.batch_size)
 
 
-@_common.register_vmap(warp_3d_backward)
+@_dispatch.register_vmap(warp_3d_backward)
 def _warp_3d_backward_vmap(info, in_dims, grad_output, input, theta, displacement, *args):
-    tensors = _common.fold_into_n(info.batch_size, in_dims,
-                                  (grad_output, input, theta, displacement))
-    return _common.unfold_n(warp_3d_backward(*tensors, *args), info.batch_size)
+    tensors = _dispatch.fold_into_n(info.batch_size, in_dims,
+                                    (grad_output, input, theta, displacement))
+    return _dispatch.unfold_n(warp_3d_backward(*tensors, *args), info.batch_size)
 
 
 def _forward(input, theta, displacement, *args):
-    return _common.call(_Warp3d, warp_3d, input, theta, displacement, *args)
+    return _dispatch.call(_Warp3d, warp_3d, input, theta, displacement, *args)
 
 
 def _backward_op(grad_output, input, theta, displacement, *args):
-    return _common.call(_Warp3dBackward, warp_3d_backward, grad_output, input, theta,
-                        displacement, *args)
+    return _dispatch.call(_Warp3dBackward, warp_3d_backward, grad_output, input, theta,
+                          displacement, *args)
 
 
 def _save_for_backward(ctx, inputs, output):
@@ -260,15 +260,15 @@ def _save_for_backward(ctx, inputs, output):
     ctx.units = inputs[7]
 
 
-class _Warp3d(_common.Function):
+class _Warp3d(_dispatch.Function):
     generate_vmap_rule = True
 
     @staticmethod
     def forward(input, theta, displacement, size, interpolation_mode, padding_mode,
                 align_corners, displacement_units):
-        return _common.below_autograd(warp_3d, input, theta, displacement, size,
-                                      interpolation_mode, padding_mode, align_corners,
-                                      displacement_units)
+        return _dispatch.below_autograd(warp_3d, input, theta, displacement, size,
+                                        interpolation_mode, padding_mode, align_corners,
+                                        displacement_units)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -323,14 +323,14 @@ def _composed_backward(grad_output, input, theta, displacement, ctx, mask):
     return grad_input, grad_theta, grad_displacement
 
 
-class _Warp3dBackward(_common.Function):
+class _Warp3dBackward(_dispatch.Function):
     """The fused backward op, run where its own derivatives are not wanted (derivatives of
     warp's backward go through ``_composed_backward``)."""
     generate_vmap_rule = True
 
     @staticmethod
     def forward(*args):
-        return _common.below_autograd(warp_3d_backward, *args)
+        return _dispatch.below_autograd(warp_3d_backward, *args)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -348,7 +348,7 @@ class _Warp3dBackward(_common.Function):
         _Warp3dBackward.backward(ctx)
 
 
-_common.set_autograd_kernels({"warp_3d": _Warp3d, "warp_3d_backward": _Warp3dBackward})
+_dispatch.set_autograd_kernels({"warp_3d": _Warp3d, "warp_3d_backward": _Warp3dBackward})
 
 
 def warp(input: torch.Tensor, theta: torch.Tensor | None = None,
@@ -400,27 +400,27 @@ def warp(input: torch.Tensor, theta: torch.Tensor | None = None,
     >>> theta.grad.shape, flow.grad.shape
     (torch.Size([1, 3, 4]), torch.Size([1, 32, 32, 32, 3]))
     """
-    with _common.torch_errors(_common.WARP):
-        _common.tensor("input", input)
+    with _wording.torch_errors(_wording.WARP):
+        _operands.tensor("input", input)
         given = {name: t for name, t in (("theta", theta), ("displacement", displacement))
                  if t is not None}
         for name, t in given.items():
-            _common.operand(name, t)
+            _operands.operand(name, t)
         spatial = None if displacement is None else tuple(displacement.shape[1:4])
-        size = _calls.warp_output_size(_common.sizes(size) if size is not None else None,
+        size = _calls.warp_output_size(_operands.sizes(size) if size is not None else None,
                                        tuple(input.shape), spatial)
         args = (list(size), MODES.code(mode), PADDINGS.code(padding_mode),
-                _common.align_corners(align_corners), UNITS.code(displacement_units))
+                _operands.align_corners(align_corners), UNITS.code(displacement_units))
     tensors = [t for t in (input, theta, displacement) if t is not None]
-    if _common.eager(*tensors):  # the shortest way: what _forward would pick, unchecked
+    if _dispatch.eager(*tensors):  # the shortest way: what _forward would pick, unchecked
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             return _eager_apply(input, theta, displacement, *args)
         return _cpu_forward(input, theta, displacement, *args)
     return _forward(input, theta, displacement, *args)
 
 
-_cpu_forward = _common.cpu_kernel(warp_3d)
-_cpu_backward = _common.cpu_kernel(warp_3d_backward)
+_cpu_forward = _dispatch.cpu_kernel(warp_3d)
+_cpu_backward = _dispatch.cpu_kernel(warp_3d_backward)
 
 
 class _EagerWarp3d(_Warp3d):
@@ -435,11 +435,11 @@ class _EagerWarp3d(_Warp3d):
 
     @staticmethod
     def backward(ctx, grad_output):
-        if torch.is_grad_enabled() or not _common.direct((grad_output,)):
+        if torch.is_grad_enabled() or not _dispatch.direct((grad_output,)):
             return _Warp3d.backward(ctx, grad_output)
         mask = list(ctx.needs_input_grad[:3])
         gradients = _cpu_backward(grad_output, *ctx.saved_tensors, *ctx.modes, ctx.units, mask)
         return tuple(g if m else None for g, m in zip(gradients, mask)) + (None,) * 5
 
 
-_eager_apply = _common.c_apply(_EagerWarp3d)
+_eager_apply = _dispatch.c_apply(_EagerWarp3d)

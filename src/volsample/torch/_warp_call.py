@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from .. import _calls
 from .._tables import MODES, PADDINGS, UNITS
-from . import _common
+from . import _memory, _operands, _wording
 
 
-def _operands(**tensors):
+def _warp_operands(**tensors):
     """The given tensors as the op layer's operands (None stays None), on one device."""
     given = {name: t for name, t in tensors.items() if t is not None}
-    _common.same_device(**given)
-    return [None if t is None else _common.operand(name, t) for name, t in tensors.items()]
+    _operands.same_device(**given)
+    return [None if t is None else _operands.operand(name, t) for name, t in tensors.items()]
 
 
 def _codes(interpolation_mode, padding_mode, displacement_units):
@@ -21,29 +21,29 @@ def _codes(interpolation_mode, padding_mode, displacement_units):
             PADDINGS.check_code(padding_mode), UNITS.check_code(displacement_units))
 
 
-@_common.cached_description
-@_common.raises_torch_errors(_common.WARP)
+@_operands.cached_description
+@_wording.raises_torch_errors(_wording.WARP)
 def describe(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
              displacement_units) -> _calls.Warp:
     """The forward's checked description (every device, and the fake)."""
-    ops = _operands(input=input, theta=theta, displacement=displacement)
+    ops = _warp_operands(input=input, theta=theta, displacement=displacement)
     mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
     return _calls.warp(ops[0], ops[1], ops[2], list(size), mode, padding, align_corners, units,
-                       _common.layout(input), shape_order="NCDHW", dialect=_common.TORCH,
+                       _operands.layout(input), shape_order="NCDHW", dialect=_operands.TORCH,
                        cubic=True)
 
 
-@_common.cached_description
-@_common.raises_torch_errors(_common.WARP)
+@_operands.cached_description
+@_wording.raises_torch_errors(_wording.WARP)
 def describe_backward(grad_output, input, theta, displacement, interpolation_mode,
                       padding_mode, align_corners, displacement_units,
                       output_mask) -> _calls.Warp:
-    ops = _operands(grad_output=grad_output, input=input, theta=theta,
-                    displacement=displacement)
+    ops = _warp_operands(grad_output=grad_output, input=input, theta=theta,
+                         displacement=displacement)
     mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
     return _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding, align_corners, units, output_mask,
-                                _common.layout(input), shape_order="NCDHW",
-                                dialect=_common.TORCH, cubic=True)
+                                _operands.layout(input), shape_order="NCDHW",
+                                dialect=_operands.TORCH, cubic=True)
 
 
 def gradients(output_mask, input, theta, displacement):
@@ -51,11 +51,11 @@ def gradients(output_mask, input, theta, displacement):
     (a checked mask: none of an absent operand): grad_input in the input's memory format,
     the others contiguous."""
     want_input, want_theta, want_displacement = output_mask
-    return (_common.empty_volume(input.shape, input) if want_input else None,
-            _common.empty_contiguous(theta) if want_theta else None,
-            _common.empty_contiguous(displacement) if want_displacement else None)
+    return (_memory.empty_volume(input.shape, input) if want_input else None,
+            _memory.empty_contiguous(theta) if want_theta else None,
+            _memory.empty_contiguous(displacement) if want_displacement else None)
 
 
 def read(t):
     """A tensor's read-only NumPy view, for the CPU kernels (None stays None)."""
-    return None if t is None else _common.read_only_array(t)
+    return None if t is None else _memory.read_only_array(t)

@@ -23,7 +23,7 @@ from .. import _checks, _coords
 from .._errors import InvalidArgumentError
 from .._tables import MODES, PADDINGS, UNITS
 from .._cpu import warp as _cpu
-from . import _common
+from . import _dispatch, _memory, _operands, _wording
 from . import _warp_call
 from ._warp import warp_3d, warp_3d_backward
 
@@ -46,7 +46,7 @@ def _run(op, *args):
     itself under torch.compile."""
     if torch.compiler.is_compiling():
         return op(*args)
-    return _common.below_autograd(op, *args)
+    return _dispatch.below_autograd(op, *args)
 
 
 class _WarpMSELoss(torch.autograd.Function):
@@ -85,7 +85,7 @@ _is_legacy_batched = torch._C._functorch.is_legacy_batchedtensor
 def _is_one(t: torch.Tensor) -> bool:
     """Whether ``t`` is known to be 1 (``loss.backward()``'s seed): a plain CPU scalar,
     read where nothing traces it."""
-    return not torch.compiler.is_compiling() and _common.plain_cpu(t) and t.item() == 1
+    return not torch.compiler.is_compiling() and _dispatch.plain_cpu(t) and t.item() == 1
 
 
 def _loss_and_gradients(input, target, theta, displacement, sampling, reduction, wanted):
@@ -98,7 +98,7 @@ def _loss_and_gradients(input, target, theta, displacement, sampling, reduction,
     grad_target = torch.empty_like(target) if want_target else None
     grad_theta = (torch.zeros(theta.shape, dtype=torch.float64, device=theta.device)
                   if want_theta else None)
-    grad_displacement = _common.empty_contiguous(displacement) if want_displacement else None
+    grad_displacement = _memory.empty_contiguous(displacement) if want_displacement else None
     total = torch.zeros((), dtype=torch.float64, device=input.device)
     # The input's gradient scatters over the whole input from every slab: one piece, not
     # an input-sized gradient per slab added up.
@@ -137,7 +137,7 @@ def _slab_backward(residual, input, theta, displacement, sampling, mask, grad_di
     displacement's gradient written into ``grad_displacement`` (the slab's rows of the
     whole one: by the CPU kernel itself where it runs directly, else copied)."""
     operands = (residual, input, theta, displacement)
-    if torch.compiler.is_compiling() or not _common.direct(operands + (grad_displacement,)):
+    if torch.compiler.is_compiling() or not _dispatch.direct(operands + (grad_displacement,)):
         grad_input, grad_theta, part = _run(warp_3d_backward, *operands, *sampling, mask)
         if mask[2]:
             grad_displacement.copy_(part)
@@ -145,7 +145,7 @@ def _slab_backward(residual, input, theta, displacement, sampling, mask, grad_di
     call = _warp_call.describe_backward(*operands, *sampling, mask)
     grad_input, grad_theta, _ = _warp_call.gradients(call.output_mask[:2] + (False,), input,
                                                      theta, displacement)
-    _cpu.backward(call, *map(_warp_call.read, operands), *map(_common.writable_array, (
+    _cpu.backward(call, *map(_warp_call.read, operands), *map(_memory.writable_array, (
         grad_input, grad_theta, grad_displacement if mask[2] else None)))
     return grad_input, grad_theta
 
@@ -234,10 +234,10 @@ def warp_mse_loss(input: torch.Tensor, target: torch.Tensor, theta: torch.Tensor
     >>> theta.grad.shape, flow.grad.shape
     (torch.Size([1, 3, 4]), torch.Size([1, 32, 32, 32, 3]))
     """
-    with _common.torch_errors(_common.WARP):
-        moving, fixed = _common.operand("input", input), _common.operand("target", target)
-        _common.same_device(input=input, target=target)
-        _checks.same_dtype("target", fixed.dtype, "input", moving.dtype, _common.TORCH.spell)
+    with _wording.torch_errors(_wording.WARP):
+        moving, fixed = _operands.operand("input", input), _operands.operand("target", target)
+        _operands.same_device(input=input, target=target)
+        _checks.same_dtype("target", fixed.dtype, "input", moving.dtype, _operands.TORCH.spell)
         if target.dim() != 5 or tuple(target.shape[:2]) != tuple(input.shape[:2]):
             raise InvalidArgumentError(
                 f"target: expected shape (N, C, Do, Ho, Wo) with input's N and C "
@@ -248,7 +248,7 @@ def warp_mse_loss(input: torch.Tensor, target: torch.Tensor, theta: torch.Tensor
                 f"reduction: expected one of {_REDUCTIONS}, got {reduction!r}",
                 argument="reduction", kind="choice", value=reduction)
         args = (MODES.code(mode), PADDINGS.code(padding_mode),
-                _common.align_corners(align_corners), UNITS.code(displacement_units))
+                _operands.align_corners(align_corners), UNITS.code(displacement_units))
     # every operand checked before any work (the forward finds the description cached)
     _warp_call.describe(input, theta, displacement, list(target.shape[2:]), *args)
     recording = torch.is_grad_enabled()
