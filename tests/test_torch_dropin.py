@@ -287,6 +287,15 @@ def test_patch_leaves_4d_bicubic_and_bspline_to_pytorch():
     assert vt.grid_sample(volume, grid5, "bspline").shape == (1, 2, 2, 2, 2)
 
 
+def test_an_unknown_mode_is_named_once_with_every_mode_listed_once():
+    volume, grid = torch.randn(1, 2, 3, 4, 5), torch.rand(1, 2, 2, 2, 3) * 2 - 1
+    with pytest.raises(ValueError, match=r"expected mode to be .*, but got: 'lanczos' \(mode: "
+                                         r"expected one of 'bilinear', 'nearest', 'bicubic', "
+                                         r"'bspline', got 'lanczos'") as error:
+        vt.grid_sample(volume, grid, mode="lanczos")
+    assert str(error.value).count("'bilinear'") == 2  # the list, and the alias 'trilinear'
+
+
 def test_patch_falls_through_for_what_volsample_does_not_cover():
     vt.patch()
     try:

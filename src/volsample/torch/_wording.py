@@ -78,8 +78,10 @@ def _trilinear_rank(ndim: int) -> str:
 
 
 def _grid_mode(mode) -> str:
-    return (f"nn.functional.grid_sample(): expected mode to be 'bilinear', 'nearest' or "
-            f"'bicubic', but got: '{mode}'")
+    # PyTorch's sentence without its list of modes, which lacks "bspline": volsample's own
+    # message, which follows, lists the modes volsample.torch takes.
+    return (f"nn.functional.grid_sample(): expected mode to be one volsample.torch takes, "
+            f"but got: '{mode}'")
 
 
 def _size_types(size) -> str:
