@@ -711,14 +711,14 @@ def test_nifti_gzip_written_on_threads_is_one_gzip_member_of_the_same_bytes(tmp_
     # stream: Python's gzip and nibabel read back exactly what nibabel would write.
     gzip = pytest.importorskip("gzip")
     nib = pytest.importorskip("nibabel")
-    from volsample.apps import register as cli_register
+    from volsample.apps import gzip_stream
 
     rng = np.random.default_rng(50)
     data = rng.standard_normal((97, 101, 103)).astype(np.float32)  # 4.03 MB: over 4 MiB
     data[:30] = 0  # runs, which Z_RLE codes as such
     image = nib.Nifti1Image(data, np.diag([1.5, 2.0, 2.5, 1.0]))
     path = tmp_path / "volume.nii.gz"
-    with open(path, "wb") as file, cli_register._ParallelGzip(file) as stream:
+    with open(path, "wb") as file, gzip_stream.ParallelGzip(file) as stream:
         image.to_stream(stream)
     raw = path.read_bytes()
     assert raw[:2] == b"\x1f\x8b"
@@ -736,7 +736,7 @@ def test_nifti_gzip_stores_what_barely_compresses_and_deflates_the_rest(tmp_path
     # Float noise (a field's low mantissa bits) shrinks by under an eighth: stored blocks,
     # a little over the raw bytes; a label map's runs deflate to a fraction. Both read back.
     nib = pytest.importorskip("nibabel")
-    from volsample.apps import register as cli_register
+    from volsample.apps import gzip_stream
 
     rng = np.random.default_rng(51)
     shape = (90, 100, 120)  # 4.3 MB of float32: two chunks
@@ -747,7 +747,7 @@ def test_nifti_gzip_stores_what_barely_compresses_and_deflates_the_rest(tmp_path
         data[20:70, 30:80, 40:100] = rng.integers(1, 3, (1, 1, 60), dtype=np.int16)
     image = nib.Nifti1Image(data, np.eye(4))
     path = tmp_path / "volume.nii.gz"
-    with open(path, "wb") as file, cli_register._ParallelGzip(file) as stream:
+    with open(path, "wb") as file, gzip_stream.ParallelGzip(file) as stream:
         image.to_stream(stream)
     size, raw = path.stat().st_size, len(image.to_bytes())
     if kind == "noise":
