@@ -445,6 +445,8 @@ def test_register_nifti_round_trip(tmp_path, capsys, pair):
     assert warped_labels.get_data_dtype() == np.int32
     assert set(np.unique(warped_labels.dataobj)) <= set(np.unique(pair.moving_labels))
     assert np.loadtxt(out / "affine.txt").shape == (4, 4)
+    assert (out / "affine_itk.tfm").exists()
+    assert nib.load(out / "displacement_itk.nii.gz").shape == pair.fixed.shape + (1, 3)
 
 
 def test_register_nibabel_pair_on_different_grids(tmp_path, capsys):
@@ -856,9 +858,11 @@ def test_report_says_at_which_resolution_each_level_scores(tmp_path, monkeypatch
     history = ([("affine", 0, -0.6, 0.6)] * 3 + [("affine", 1, -0.3, 0.3)] * 2
                + [("deformable", 0, -0.62, 0.62)] * 2 + [("deformable", 1, -0.35, 0.35)] * 4)
     volume = np.zeros((6, 7, 8), np.float32)
+    folds = register._folds.Folds(-0.25, 3, 120, "FIXED_LABELS > 0")
     assert register._write_report(str(tmp_path / "report.png"), volume, volume, volume,
-                                   history, "ncc", (0.1, 0.35))
+                                   history, "ncc", (0.1, 0.35), folds)
     (figure,) = drawn
+    assert folds.line() in [text.get_text() for text in figure.texts]  # the folds, below
     curve = next(ax for ax in figure.axes if ax.get_xlabel() == "iteration")
     assert [" ".join(text.get_text().split()) for text in curve.texts] == [
         "affine 1/2", "affine full", "deformable 1/2", "deformable full"]
