@@ -81,6 +81,31 @@ def test_jacobian_of_a_smooth_map_matches_its_analytic_determinant():
     assert_close("det inside", det[inner], expected[inner], 0, 0.03)
 
 
+def test_jacobian_matches_simpleitks_filter_on_an_lps_aligned_grid(tmp_path):
+    # ITK's DisplacementFieldJacobianDeterminantFilter takes derivatives along the index
+    # axes over the spacing (not the direction), so it is an oracle where ITK's direction
+    # is the identity: a NIfTI affine of axes -x, -y, +z (LPS), anisotropic spacing. The
+    # field goes through the ITK displacement file, as register writes it.
+    sitk = pytest.importorskip("SimpleITK")
+    nib = pytest.importorskip("nibabel")
+    shape = (19, 23, 21)
+    affine = np.diag([-1.5, -0.8, 2.0, 1.0])
+    affine[:3, 3] = (10, -5, 3)
+    rng = np.random.default_rng(8)
+    d = np.stack([registration.blur(rng.standard_normal(shape), 2) for _ in range(3)], -1) * 8
+    image = nib.Nifti1Image(transforms.itk_displacement(d.astype(np.float32)), affine)
+    image.header.set_intent(transforms.NIFTI_INTENT_VECTOR)
+    nib.save(image, tmp_path / "field.nii.gz")
+    field = sitk.ReadImage(str(tmp_path / "field.nii.gz"), sitk.sitkVectorFloat64)
+    assert np.allclose(field.GetDirection(), np.eye(3).ravel())
+    theirs = sitk.DisplacementFieldJacobianDeterminant(field, True)
+    theirs = sitk.GetArrayFromImage(theirs).transpose(2, 1, 0)
+    ours = folds.jacobian_mm(d.astype(np.float32), affine)
+    inner = (slice(1, -1),) * 3  # ITK takes half a one-sided difference at the edges
+    assert ours[inner].min() < 0.7 and ours[inner].max() > 1.3  # the field does vary
+    assert_close("det", ours[inner], theirs[inner], 0, 1e-4)
+
+
 def test_folds_are_counted_in_the_foreground_only():
     det = np.ones((4, 5, 6), np.float32)
     det[0, 0, 0], det[1, 2, 3], det[2, 2, 2], det[3, 4, 5] = -0.5, 0.0, 0.3, -2.0
