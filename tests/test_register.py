@@ -445,6 +445,8 @@ def test_register_nifti_round_trip(tmp_path, capsys, pair):
     assert warped_labels.get_data_dtype() == np.int32
     assert set(np.unique(warped_labels.dataobj)) <= set(np.unique(pair.moving_labels))
     assert np.loadtxt(out / "affine.txt").shape == (4, 4)
+    assert (out / "affine_itk.tfm").exists()
+    assert nib.load(out / "displacement_itk.nii.gz").shape == pair.fixed.shape + (1, 3)
 
 
 def test_register_nibabel_pair_on_different_grids(tmp_path, capsys):
@@ -711,14 +713,14 @@ def test_nifti_gzip_written_on_threads_is_one_gzip_member_of_the_same_bytes(tmp_
     # stream: Python's gzip and nibabel read back exactly what nibabel would write.
     gzip = pytest.importorskip("gzip")
     nib = pytest.importorskip("nibabel")
-    from volsample.apps import register as cli_register
+    from volsample.apps import gzip_stream
 
     rng = np.random.default_rng(50)
     data = rng.standard_normal((97, 101, 103)).astype(np.float32)  # 4.03 MB: over 4 MiB
     data[:30] = 0  # runs, which Z_RLE codes as such
     image = nib.Nifti1Image(data, np.diag([1.5, 2.0, 2.5, 1.0]))
     path = tmp_path / "volume.nii.gz"
-    with open(path, "wb") as file, cli_register._ParallelGzip(file) as stream:
+    with open(path, "wb") as file, gzip_stream.ParallelGzip(file) as stream:
         image.to_stream(stream)
     raw = path.read_bytes()
     assert raw[:2] == b"\x1f\x8b"
@@ -736,7 +738,7 @@ def test_nifti_gzip_stores_what_barely_compresses_and_deflates_the_rest(tmp_path
     # Float noise (a field's low mantissa bits) shrinks by under an eighth: stored blocks,
     # a little over the raw bytes; a label map's runs deflate to a fraction. Both read back.
     nib = pytest.importorskip("nibabel")
-    from volsample.apps import register as cli_register
+    from volsample.apps import gzip_stream
 
     rng = np.random.default_rng(51)
     shape = (90, 100, 120)  # 4.3 MB of float32: two chunks
@@ -747,7 +749,7 @@ def test_nifti_gzip_stores_what_barely_compresses_and_deflates_the_rest(tmp_path
         data[20:70, 30:80, 40:100] = rng.integers(1, 3, (1, 1, 60), dtype=np.int16)
     image = nib.Nifti1Image(data, np.eye(4))
     path = tmp_path / "volume.nii.gz"
-    with open(path, "wb") as file, cli_register._ParallelGzip(file) as stream:
+    with open(path, "wb") as file, gzip_stream.ParallelGzip(file) as stream:
         image.to_stream(stream)
     size, raw = path.stat().st_size, len(image.to_bytes())
     if kind == "noise":
@@ -856,9 +858,11 @@ def test_report_says_at_which_resolution_each_level_scores(tmp_path, monkeypatch
     history = ([("affine", 0, -0.6, 0.6)] * 3 + [("affine", 1, -0.3, 0.3)] * 2
                + [("deformable", 0, -0.62, 0.62)] * 2 + [("deformable", 1, -0.35, 0.35)] * 4)
     volume = np.zeros((6, 7, 8), np.float32)
+    folds = register._folds.Folds(-0.25, 3, 120, "FIXED_LABELS > 0")
     assert register._write_report(str(tmp_path / "report.png"), volume, volume, volume,
-                                   history, "ncc", (0.1, 0.35))
+                                   history, "ncc", (0.1, 0.35), folds)
     (figure,) = drawn
+    assert folds.line() in [text.get_text() for text in figure.texts]  # the folds, below
     curve = next(ax for ax in figure.axes if ax.get_xlabel() == "iteration")
     assert [" ".join(text.get_text().split()) for text in curve.texts] == [
         "affine 1/2", "affine full", "deformable 1/2", "deformable full"]

@@ -13,22 +13,21 @@ from __future__ import annotations
 from typing import Any
 
 import argparse
-import collections
 import concurrent.futures
 import dataclasses
-import io
+import json
 import math
 import os
-import struct
 import sys
-import zlib
 
 import numpy as np
 
 from .. import _config, _dtypes
 from .._checks import VolsampleError
 from .._progress import ProgressBar
-from . import registration
+from . import folds as _folds
+from . import registration, transforms
+from .gzip_stream import ParallelGzip
 
 _NIFTI_SUFFIXES = (".nii.gz", ".nii")
 _DEMO_OUT = "volsample-demo"
@@ -64,8 +63,9 @@ def add_register_arguments(parser: argparse.ArgumentParser) -> None:
                         help="moving volume: .nii, .nii.gz or .npy, any grid (NIfTI headers "
                              "place the two in the world; .npy voxels are millimetres)")
     parser.add_argument("--out", metavar="DIR", required=True,
-                        help="folder for the warped volume, the displacement, affine.txt and "
-                             "report.png, in FIXED's grid and format")
+                        help="folder for the warped volume, the displacement, affine.txt, "
+                             "the same as ITK/ANTs transforms (NIfTI FIXED), report.png and "
+                             "report.json, in FIXED's grid and format")
     parser.add_argument("--labels", nargs=2, metavar=("FIXED_LABELS", "MOVING_LABELS"),
                         help="label maps on the two volumes' grids: the moving one is warped "
                              "(nearest) and Dice reported")
@@ -85,6 +85,9 @@ def add_register_arguments(parser: argparse.ArgumentParser) -> None:
                              "the warped volume written (default linear; nearest: written "
                              "only, the registration samples linearly; label maps are "
                              "warped nearest)")
+    parser.add_argument("--jacobian", action="store_true",
+                        help="also write the deformation's Jacobian determinant map "
+                             "(jacobian, on FIXED's grid)")
     parser.add_argument("--grid-spacing", type=float, default=4.0, metavar="VOXELS",
                         help="control-point spacing at full resolution (default 4)")
     parser.add_argument("--smoothness", type=float, metavar="WEIGHT",
@@ -133,12 +136,14 @@ def run_register(args: argparse.Namespace) -> int:
                         affine_iterations=affine_iterations, grid_spacing=args.grid_spacing,
                         weight=args.smoothness, lr=args.lr, tolerance=args.tolerance)
         run = _register(fixed, moving, labels, args.loss, settings, args.out,
-                        progress=not args.no_progress, interp=_INTERPOLATIONS[args.interp])
+                        progress=not args.no_progress, interp=_INTERPOLATIONS[args.interp],
+                        jacobian=args.jacobian)
     except (CommandError, VolsampleError) as error:
         return _fail("register", error)
     print(_wrote(args.out, run.files))
     if labels is not None:
         print(_change("dice", run.dice, ".4f"))
+    print(run.folds.line())
     print(_change(f"similarity ({args.loss})", run.similarity))
     return 0
 
@@ -176,6 +181,7 @@ def run_demo(args: argparse.Namespace) -> int:
     print(_wrote(args.out, files + run.files))
     print(_change("deformation error (voxels)", errors, ".3f"))
     print(_change("dice", run.dice, ".4f"))
+    print(run.folds.line())
     print(_change(f"similarity ({args.loss})", run.similarity))
     return 0
 
@@ -206,20 +212,24 @@ class _Run:
     similarity: tuple  # before, after
     dice: tuple | None  # before, after, with labels
     files: list[str]  # the names written in the output folder
+    folds: _folds.Folds  # the Jacobian determinant in the fixed image's foreground
 
 
 def _register(fixed, moving, labels, loss, settings, out_dir, progress,
-              interp="bilinear") -> _Run:
-    """Register, write the outputs in FIXED's grid and format, the report, and measure."""
+              interp="bilinear", jacobian=False) -> _Run:
+    """Register, write the outputs in FIXED's grid and format (NIfTI: ITK's transforms as
+    well), the reports, and measure."""
     result, fixed_n, before, similarity = _registered(fixed, moving, loss, settings, progress,
                                                       interp)
     _make_folder(out_dir)
-    # the report is drawn on a thread while the outputs are warped and written (matplotlib
-    # is imported there too: imported during the registration, its modules would add to
-    # the registration's peak memory)
+    # the folds are measured and the report drawn on a thread while the outputs are warped
+    # and written (matplotlib is imported there too: imported during the registration, its
+    # modules would add to the registration's peak memory)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        report = pool.submit(_write_report, os.path.join(out_dir, "report.png"),
-                             fixed_n, before, result.warped, result.history, loss, similarity)
+        folds = pool.submit(_measure_folds, result, fixed, labels)
+        report = pool.submit(lambda: _write_report(
+            os.path.join(out_dir, "report.png"), fixed_n, before, result.warped,
+            result.history, loss, similarity, folds.result()[0]))
         outputs = {"warped": result.warp(moving.data, interp),
                    "displacement": result.displacement}
         dice = None
@@ -233,13 +243,28 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
                                               moving.affine, "nearest")
             dice = (registration.dice(fixed_labels, unaligned),
                     registration.dice(fixed_labels, warped_labels))
-        files = _write_all(out_dir, {name: fixed.like(name, data)
-                                     for name, data in outputs.items()})
-        _write_affine(os.path.join(out_dir, "affine.txt"), result.transform)
-        files.append("affine.txt")
+        volumes = {name: fixed.like(name, data) for name, data in outputs.items()}
+        if fixed.image is not None:  # ITK's displacement field needs the fixed grid's header
+            volumes["displacement_itk"] = dataclasses.replace(
+                fixed.like("displacement_itk", transforms.itk_displacement(result.displacement)),
+                intent=transforms.NIFTI_INTENT_VECTOR)
+        if jacobian:
+            volumes["jacobian"] = fixed.like("jacobian", folds.result()[1])
+        files = _write_all(out_dir, volumes)
+        files += _write_affines(out_dir, result.transform, itk=fixed.image is not None)
         if report.result():
             files.append("report.png")
-    return _Run(result, similarity, dice, files)
+        files.append("report.json")
+        run = _Run(result, similarity, dice, files, folds.result()[0])
+        _write_json(os.path.join(out_dir, "report.json"), run, loss)
+    return run
+
+
+def _measure_folds(result, fixed, labels):
+    """The folds in FIXED's foreground (``folds.foreground``), and the determinant map."""
+    det = _folds.jacobian_mm(result.displacement, fixed.affine)
+    mask, where = _folds.foreground(fixed.data, None if labels is None else labels[0].data)
+    return _folds.folds(det, mask, where), det
 
 
 def _registered(fixed, moving, loss, settings, progress, interp):
@@ -275,6 +300,7 @@ class _Volume:
     name: str
     data: np.ndarray
     image: Any = None
+    intent: str | None = None  # NIfTI's intent, by nibabel's name ("vector")
 
     @property
     def affine(self) -> np.ndarray:
@@ -389,9 +415,11 @@ def _write_all(out_dir, volumes) -> list[str]:
                 nib = _nibabel()
                 header = volume.image.header.copy()
                 header.set_data_dtype(volume.data.dtype)
+                if volume.intent is not None:
+                    header.set_intent(volume.intent)
                 image = nib.Nifti1Image(volume.data, volume.image.affine, header)
                 if path.lower().endswith(".gz"):
-                    with open(path, "wb") as file, _ParallelGzip(file) as stream:
+                    with open(path, "wb") as file, ParallelGzip(file) as stream:
                         image.to_stream(stream)
                 else:
                     nib.save(image, path)
@@ -400,111 +428,33 @@ def _write_all(out_dir, volumes) -> list[str]:
     return [volume.name for volume in volumes.values()]
 
 
-_GZIP_CHUNK = 4 << 20  # bytes deflated per task
-# A chunk is deflated only when a sample of it shrinks by at least an eighth: float fields
-# and images (noise in their low mantissa bits) shrink by under a tenth, at 30 MB/s; they
-# are stored (deflate's stored blocks, as fast as a copy) instead. Label maps shrink 20x.
-_SAMPLE_PIECES, _SAMPLE_PIECE = 4, 16 << 10
-_WORTH_DEFLATING = 7 / 8
-
-
-def _deflate(chunk: bytes, last: bool) -> bytes:
-    """One chunk as raw deflate blocks of its own, ending on a byte boundary (a sync flush;
-    the last chunk ends the stream): stored when it barely compresses (``_worth_deflating``),
-    else Z_RLE, runs and Huffman codes, no string matching (on a displacement field 2.6x
-    faster than zlib's level 1, and as small)."""
-    level = 1 if _worth_deflating(chunk) else 0
-    compressor = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS, 8, zlib.Z_RLE)
-    return compressor.compress(chunk) + compressor.flush(zlib.Z_FINISH if last
-                                                         else zlib.Z_SYNC_FLUSH)
-
-
-def _worth_deflating(chunk: bytes) -> bool:
-    """Whether pieces spread over ``chunk`` (all of it, when short) deflate to under
-    ``_WORTH_DEFLATING`` of their size."""
-    if len(chunk) <= _SAMPLE_PIECES * _SAMPLE_PIECE:
-        sample = chunk
-    else:
-        stride = (len(chunk) - _SAMPLE_PIECE) // (_SAMPLE_PIECES - 1)
-        sample = b"".join(chunk[i * stride:i * stride + _SAMPLE_PIECE]
-                          for i in range(_SAMPLE_PIECES))
-    compressor = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS, 8, zlib.Z_RLE)
-    size = len(compressor.compress(sample)) + len(compressor.flush())
-    return size < _WORTH_DEFLATING * len(sample)
-
-
-class _ParallelGzip(io.RawIOBase):
-    """A write-only stream gzipping into ``file`` on threads, as pigz does: chunks are
-    deflated independently and joined into one deflate stream, one gzip member, which any
-    gzip reader takes. At most two chunks per thread are held at once."""
-
-    def __init__(self, file) -> None:
-        super().__init__()
-        self.file = file
-        threads = _config.get_num_threads()
-        self.pool = concurrent.futures.ThreadPoolExecutor(threads)
-        self.pending: collections.deque = collections.deque()
-        self.held = 2 * threads
-        self.buffer = bytearray()
-        self.crc = 0
-        self.position = 0
-        file.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff")  # deflate, no mtime
-
-    def writable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        """Only to where the stream is (nibabel seeks to its start before writing)."""
-        target = {io.SEEK_SET: offset, io.SEEK_CUR: self.position + offset}.get(whence)
-        if target != self.position:
-            raise io.UnsupportedOperation("a gzip stream being written seeks nowhere else")
-        return self.position
-
-    def write(self, data) -> int:
-        """Chunks go to the threads straight from ``data`` (no copy of it held); only a
-        last partial chunk waits in the buffer for the next write."""
-        data = memoryview(data).cast("B")
-        size = len(data)
-        self.position += size
-        if self.buffer:  # complete the chunk that earlier writes began
-            fill = min(size, _GZIP_CHUNK - len(self.buffer))
-            self.buffer += data[:fill]
-            data = data[fill:]
-            if len(self.buffer) < _GZIP_CHUNK:
-                return size
-            self._submit(bytes(self.buffer), last=False)
-            self.buffer = bytearray()
-        while len(data) >= _GZIP_CHUNK:
-            self._submit(bytes(data[:_GZIP_CHUNK]), last=False)
-            data = data[_GZIP_CHUNK:]
-        self.buffer += data
-        return size
-
-    def _submit(self, chunk: bytes, last: bool) -> None:
-        self.crc = zlib.crc32(chunk, self.crc)
-        self.pending.append(self.pool.submit(_deflate, chunk, last))
-        while len(self.pending) > (0 if last else self.held):
-            self.file.write(self.pending.popleft().result())
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            self._submit(bytes(self.buffer), last=True)
-            self.file.write(struct.pack("<II", self.crc, self.position & 0xFFFFFFFF))
-        finally:
-            self.pool.shutdown(cancel_futures=True)
-            super().close()
-
-
-def _write_affine(path, transform):
+def _write_affines(out_dir, transform, itk) -> list[str]:
+    """T as affine.txt (4x4, NIfTI world), and with ``itk`` as ITK's affine_itk.tfm; the
+    names written."""
+    names = ["affine.txt"] + (["affine_itk.tfm"] if itk else [])
+    path = os.path.join(out_dir, names[0])
     try:
         np.savetxt(path, transform, fmt="%.9g", header=(
             "volsample register: the world affine (mm, NIfTI world axes) taking a FIXED point x "
             "to MOVING's T(x + d(x)), d = displacement; 4x4, row-major"))
+        if itk:
+            path = os.path.join(out_dir, names[1])
+            transforms.write_itk_affine(path, transform)
+    except OSError as error:
+        raise CommandError(f"--out: cannot write {path!r}: {error}") from None
+    return names
+
+
+def _write_json(path, run, loss):
+    """The run's measures as JSON: the similarity and Dice before and after, the folds."""
+    report = {"similarity": {"loss": loss, "before": run.similarity[0],
+                             "after": run.similarity[1]},
+              "dice": None if run.dice is None else dict(zip(("before", "after"), run.dice)),
+              "jacobian": run.folds.as_dict(), "files": run.files}
+    try:
+        with open(path, "w") as file:
+            json.dump(report, file, indent=2)
+            file.write("\n")
     except OSError as error:
         raise CommandError(f"--out: cannot write {path!r}: {error}") from None
 
@@ -520,10 +470,10 @@ def _checkerboard(a, b, tile):
     return np.where((i // tile + j // tile) % 2 == 0, a, b)
 
 
-def _write_report(path, fixed, moving, warped, history, loss, similarity):
+def _write_report(path, fixed, moving, warped, history, loss, similarity, folds):
     """Orthogonal central slices before and after, checkerboards of fixed against moving and
-    warped, and the loss curve, as a PNG; a warning instead if matplotlib is missing.
-    Whether it wrote the PNG."""
+    warped, the loss curve and the folds, as a PNG; a warning instead if matplotlib is
+    missing. Whether it wrote the PNG."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -558,8 +508,10 @@ def _write_report(path, fixed, moving, warped, history, loss, similarity):
                 ax.set_title(title)
             if col == 0:
                 ax.set_ylabel(f"slice {fixed.shape[axis] // 2} of axis {axis}")
-    ax = fig.add_subplot(fig.add_gridspec(1, 1, left=0.06, right=0.94, bottom=0.05,
+    ax = fig.add_subplot(fig.add_gridspec(1, 1, left=0.06, right=0.94, bottom=0.07,
                                           top=0.25)[0])
+    fig.text(0.5, 0.01, folds.line(), ha="center", va="bottom",
+             color="C3" if folds.folded else "black")
     stages, levels, objective, sim = ((np.array(v) for v in zip(*history)) if history
                                       else ([], [], [], []))
     ax.plot(objective, color="C0", label="objective (similarity loss + smoothness)")
