@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from volsample import _cpu, _tables
@@ -70,6 +71,22 @@ def test_kernel_codes_of_modes_and_paddings_are_pythons():
     # entry for entry: a mode added on one side only fails here.
     assert _cpu.MODES == {c.name: c.code for c in _tables.MODES.choices}
     assert _cpu.PADDINGS == {c.name: c.code for c in _tables.PADDINGS.choices}
+
+
+@pytest.mark.parametrize("kernel", ["grid_sample_forward", "grid_sample_backward"])
+@pytest.mark.parametrize("mode,padding,what", [(4, 0, "interpolation mode"),
+                                               (-1, 0, "interpolation mode"),
+                                               (0, 3, "padding mode")])
+def test_kernels_refuse_integers_of_no_mode(kernel, mode, padding, what):
+    """An integer that names no mode or padding is an error in the C++ core itself, never
+    some mode's kernel (the front doors check first; this is the core's own guard)."""
+    x = np.ones((1, 1, 2, 2, 2), np.float32)
+    grid = np.zeros((1, 1, 1, 1, 3), np.float32)
+    out = np.empty((1, 1, 1, 1, 1), np.float32)
+    arrays = (x, grid, out) if kernel == "grid_sample_forward" else (out, x, grid, x.copy(),
+                                                                     grid.copy())
+    with pytest.raises(ValueError, match=what):
+        getattr(_cpu._kernels, kernel)(*arrays, mode, padding, False, 1)
 
 
 # A child that loads volsample's kernels, then prints the environment's OMP_WAIT_POLICY and

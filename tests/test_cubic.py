@@ -307,7 +307,7 @@ def test_thread_counts_give_the_same_bits(strategy, mode, padding_mode, align_co
     grad_out = rng.standard_normal((n, 2) + shape).astype(np.float32)
     call = _calls.grid_sample(_calls.operand("input", x), _calls.operand("grid", grid),
                               MODE_TABLE.code(mode), PADDING_TABLE.code(padding_mode),
-                              align_corners, cubic=True)
+                              align_corners)
     slabs = cpu_grid.backward_slabs(call, x, grid, 2)
     several = strategy == "batches" or (strategy in ("slabs", "tilted")
                                          and padding_mode != "reflection")

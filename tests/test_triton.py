@@ -46,8 +46,7 @@ TOLERANCE = {torch.float16: (2.0**-11 + 1e-4, 1e-4), torch.bfloat16: (2.0**-7 + 
 def grid_forward(volume, grid, mode, padding, align):
     """The grid-sampling launcher on the checked description of these operands."""
     call = _calls.grid_sample(_operands.operand("input", volume), _operands.operand("grid", grid),
-                              mode, padding, align, _operands.layout(volume), shape_order="NCDHW",
-                              cubic=True)
+                              mode, padding, align, _operands.layout(volume), shape_order="NCDHW")
     return tgs.forward(call, volume, grid)
 
 
@@ -55,7 +54,7 @@ def grid_backward(grad, volume, grid, mode, padding, align, output_mask, determi
     call = _calls.grid_sample_backward(
         _operands.operand("grad_output", grad), _operands.operand("input", volume),
         _operands.operand("grid", grid), mode, padding, align, output_mask,
-        _operands.layout(volume), shape_order="NCDHW", cubic=True)
+        _operands.layout(volume), shape_order="NCDHW")
     return tgs.backward(call, grad, volume, grid, deterministic)
 
 

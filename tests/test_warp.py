@@ -273,7 +273,7 @@ def test_bitwise_across_threads_and_isas(mode, dtype, padding_mode):
     call = _calls.warp_backward(*(_calls.operand(n, a) for n, a in (
         ("grad_output", go), ("input", x), ("theta", theta), ("displacement", u))),
         volsample._tables.MODES.code(mode), volsample._tables.PADDINGS.code(padding_mode), True,
-        1, cubic=True)
+        1)
 
     def run(threads):
         out = np.empty(x.shape, dtype)
@@ -460,7 +460,7 @@ def test_repeated_calls_run_on_their_own_arrays(layout, dtype, coord_dtype, oper
                                               copies)),
                                         volsample._tables.MODES.code("bilinear"),
                                         volsample._tables.PADDINGS.code("reflection"), True,
-                                        volsample._tables.UNITS.code("voxels"), cubic=True)
+                                        volsample._tables.UNITS.code("voxels"))
             expected = np.empty(call.output_shape, dtype)
             cpu_warp.forward(call, *copies[1:], expected)
             expected_grads = (np.empty(x.shape, dtype),

@@ -80,7 +80,7 @@ struct Backward {
   Backward(const GridSampleArgs& args, const Source& points, const Sink& gradient_sink)
       : a(args), g(args), source(points), sink(gradient_sink), gout(args.grad_output.ptr<S>()),
         inp(args.input.ptr<S>()), gin(args.grad_input.ptr<T>()),
-        channel_vectors(!is_cubic(MODE) && gin && args.grad_input.stride[1] == 1 &&
+        channel_vectors(taps_of<MODE> != kTaps && gin && args.grad_input.stride[1] == 1 &&
                         g.C >= kMinChannelVectors),
         run_adds(has_run_add<V>::value && MODE == BILINEAR && gin &&
                  runs_keep_rows_apart(args.grad_input.stride)) {
@@ -438,7 +438,7 @@ struct Backward {
 
   // The block type of this mode.
   template <bool SCATTER, bool GATHER>
-  using Block = std::conditional_t<is_cubic(MODE), TapBlock<SCATTER, GATHER>,
+  using Block = std::conditional_t<taps_of<MODE> == kTaps, TapBlock<SCATTER, GATHER>,
                                    PointBlock<SCATTER, GATHER>>;
 
   // Per-thread blocks of a row. With several channels the row's blocks are prepared
@@ -480,7 +480,7 @@ struct Backward {
           if (ahead < g.C * count) blocks[ahead % count].prefetch(ahead / count);
           blocks[b].channel(c);
         }
-      if constexpr (!is_cubic(MODE))
+      if constexpr (taps_of<MODE> != kTaps)
         if (channel_vectors)
           for (int64_t b = 0; b < count; ++b) blocks[b].scatter_channels();
       for (int64_t b = 0; b < count; ++b) blocks[b].finish();
@@ -573,10 +573,7 @@ void by_backward_types(const GridSampleArgs& a, F&& f) {
       [&](auto s, auto g) {
         using S = decltype(s);
         if constexpr (!is_label<S>::value) {
-          if (a.mode == NEAREST) return f(s, g, std::integral_constant<int, NEAREST>{});
-          if (a.mode == BICUBIC) return f(s, g, std::integral_constant<int, BICUBIC>{});
-          if (a.mode == BSPLINE) return f(s, g, std::integral_constant<int, BSPLINE>{});
-          return f(s, g, std::integral_constant<int, BILINEAR>{});
+          by_mode(a, [&](auto mode) { f(s, g, mode); });
         } else {
           unsupported("input dtype for the backward");
         }

@@ -26,6 +26,7 @@
 
 #include "coords.h"
 #include "grid_common.h"
+#include "grid_taps.h"
 #include "team.h"
 
 namespace vs {
@@ -98,7 +99,7 @@ void plane_span(T low, T high, int64_t D, bool align_corners, int64_t& first, in
     high = std::min(std::max(high, T(-3)), T(3));
   }
   T slope;
-  if constexpr (MODE == BICUBIC || MODE == BSPLINE) {
+  if constexpr (taps_of<MODE> == kTaps) {
     if (PADDING == REFLECTION) {
       first = 0;
       last = D - 1;

@@ -116,6 +116,27 @@ void by_dtypes(const GridSampleArgs& a, F&& f, bool labels) {
   unsupported("input dtype");
 }
 
+// An integer of no padding mode is an error, never zeros padding.
+inline void check_padding(const GridSampleArgs& a) {
+  if (a.padding != ZEROS && a.padding != BORDER && a.padding != REFLECTION)
+    unsupported("padding mode");
+}
+
+// Calls f(mode tag) for a call's interpolation mode: the one list of the modes (tensor.h's
+// Mode) that the forward's and the backward's dispatchers take. An integer of no mode is
+// an error, never some mode's kernel.
+template <class F>
+void by_mode(const GridSampleArgs& a, F&& f) {
+  check_padding(a);
+  switch (a.mode) {
+    case BILINEAR: return f(std::integral_constant<int, BILINEAR>{});
+    case NEAREST: return f(std::integral_constant<int, NEAREST>{});
+    case BICUBIC: return f(std::integral_constant<int, BICUBIC>{});
+    case BSPLINE: return f(std::integral_constant<int, BSPLINE>{});
+    default: unsupported("interpolation mode");
+  }
+}
+
 // Whether every element offset of the spatial axes of `s` fits the SIMD builds' int32
 // index lanes (the scalar build's are int64: always).
 inline bool fits_index_lanes(const Strided& s) {

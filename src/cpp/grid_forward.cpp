@@ -175,7 +175,7 @@ struct Forward {
       const Row row(i, g);
       source.fill(row, g, r);
       if constexpr (MODE == NEAREST) nearest_row(r, row);
-      else if constexpr (is_cubic(MODE)) cubic_row(r, row);
+      else if constexpr (taps_of<MODE> == kTaps) cubic_row(r, row);
       else trilinear_row(r, row, samplers);
     }
   }
@@ -210,13 +210,13 @@ void by_forward_types(const GridSampleArgs& a, F&& f) {
   by_dtypes(
       a,
       [&](auto s, auto g) {
-        if (a.mode == NEAREST) return f(s, g, std::integral_constant<int, NEAREST>{});
-        if constexpr (!is_label<decltype(s)>::value) {
-          if (a.mode == BICUBIC) return f(s, g, std::integral_constant<int, BICUBIC>{});
-          if (a.mode == BSPLINE) return f(s, g, std::integral_constant<int, BSPLINE>{});
-          return f(s, g, std::integral_constant<int, BILINEAR>{});
+        if constexpr (is_label<decltype(s)>::value) {
+          if (a.mode != NEAREST) unsupported("mode for integer volumes (nearest only)");
+          check_padding(a);
+          f(s, g, std::integral_constant<int, NEAREST>{});
+        } else {
+          by_mode(a, [&](auto mode) { f(s, g, mode); });
         }
-        unsupported("mode for integer volumes (nearest only)");
       },
       true);
 }

@@ -25,8 +25,6 @@ namespace grid {
 
 constexpr int kTaps = 4;  // per axis
 
-constexpr bool is_cubic(int mode) { return mode == BICUBIC || mode == BSPLINE; }
-
 // ---------------------------------------------------------------------------------------
 // Per-axis weights of the taps floor(x) - 1 .. floor(x) + 2 at t = x - floor(x) in [0, 1),
 // each with its derivative twin (d/dt, which is d/dx).
@@ -92,6 +90,33 @@ template <class V> inline void bspline_slopes(V t, V d[4]) {
   d[3] = t2 / two;
 }
 
+// ---------------------------------------------------------------------------------------
+// Each mode's mathematics, once: its taps per axis (as volsample._tables.MODES says; the
+// kernels branch on that, never on a mode's name) and, for the modes of kTaps taps, their
+// weights and slopes. A mode added to tensor.h's Mode and grid_common.h's by_mode needs its
+// traits here; one of a new tap count needs its kernels' tap loops too.
+// ---------------------------------------------------------------------------------------
+
+template <int MODE> struct ModeTraits;
+template <> struct ModeTraits<NEAREST> { static constexpr int taps = 1; };
+template <> struct ModeTraits<BILINEAR> { static constexpr int taps = 2; };
+template <> struct ModeTraits<BICUBIC> {
+  static constexpr int taps = kTaps;
+  template <class V> static void weights(V t, V w[kTaps], V slopes[kTaps]) {
+    bicubic_weights(t, w);
+    bicubic_slopes(t, slopes);
+  }
+};
+template <> struct ModeTraits<BSPLINE> {
+  static constexpr int taps = kTaps;
+  template <class V> static void weights(V t, V w[kTaps], V slopes[kTaps]) {
+    bspline_weights(t, w);
+    bspline_slopes(t, slopes);
+  }
+};
+
+template <int MODE> constexpr int taps_of = ModeTraits<MODE>::taps;
+
 // The voxel a whole-number tap coordinate reads under border or reflection padding, and
 // under zeros the voxel a tap inside reads (one outside is clamped: some voxel, which the
 // caller masks off). Whole numbers stay whole, and in [0, size - 1].
@@ -134,13 +159,7 @@ struct TapFootprint {
     for (int axis = 0; axis < 3; ++axis) {
       const V i = select(finite, x[axis], zero);  // no NaN or infinity past this point
       const V f = floor_(i), t = i - f;
-      if (MODE == BICUBIC) {
-        bicubic_weights(t, weight[axis]);
-        bicubic_slopes(t, weight_slope[axis]);
-      } else {
-        bspline_weights(t, weight[axis]);
-        bspline_slopes(t, weight_slope[axis]);
-      }
+      ModeTraits<MODE>::weights(t, weight[axis], weight_slope[axis]);
       const V fsize{T(sizes[axis])};
       for (int k = 0; k < kTaps; ++k) {
         const V tap = f + V(T(k - 1));

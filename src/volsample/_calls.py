@@ -204,23 +204,12 @@ class GridSample:
         return MODES.of(self.mode).grid_gradient
 
 
-def _cubic_allowed(mode: int, cubic: bool, name: str) -> None:
-    """The cubic modes (4 taps per axis) only where the front door samples them."""
-    if MODES.of(mode).taps > 2 and not cubic:
-        raise InvalidArgumentError(
-            f"{name}: expected 'bilinear' or 'nearest' here (the cubic modes are sampled by the "
-            f"NumPy API's grid_sample_3d and warp_3d so far), got {MODES.of(mode).name!r}",
-            argument=name, kind="choice", value=MODES.of(mode).name)
-
-
 @_memoised
 def grid_sample(input: Operand, grid: Operand, mode: int, padding: int, align_corners,
                 layout="NCDHW", *, shape_order=None, dialect=NUMPY,
-                labels: bool = False, cubic: bool = False) -> GridSample:
+                labels: bool = False) -> GridSample:
     """The forward's description. ``mode`` and ``padding`` are kernel integers (the front
-    door converted them); ``labels``: integer label maps are taken with nearest;
-    ``cubic``: the front door takes the cubic modes (bicubic, bspline)."""
-    _cubic_allowed(mode, cubic, "mode")
+    door converted them); ``labels``: integer label maps are taken with nearest."""
     layout, order = _order(layout, shape_order)
     align_corners = _checks.boolean("align_corners", align_corners)
     input_shape = _volume(input, order, dialect, labels and mode == NEAREST)
@@ -243,12 +232,11 @@ def grid_sample(input: Operand, grid: Operand, mode: int, padding: int, align_co
 @_memoised
 def grid_sample_backward(grad_output: Operand, input: Operand, grid: Operand, mode: int,
                          padding: int, align_corners, output_mask=(True, True),
-                         layout="NCDHW", *, shape_order=None, dialect=NUMPY,
-                         cubic: bool = False) -> GridSample:
+                         layout="NCDHW", *, shape_order=None, dialect=NUMPY) -> GridSample:
     """The backward's description: the forward's, and grad_output of the forward's output
     shape and the input's dtype."""
     call = grid_sample(input, grid, mode, padding, align_corners, layout,
-                       shape_order=shape_order, dialect=dialect, cubic=cubic)
+                       shape_order=shape_order, dialect=dialect)
     mask = _checks.output_mask(output_mask)
     order = call.layout if shape_order is None else shape_order
     _checks.volume_dtype(grad_output.name, grad_output.dtype, dialect.spell)
@@ -358,13 +346,11 @@ def warp_output_size(size, input_shape, displacement_spatial=None) -> tuple[int,
 @_memoised
 def warp(input: Operand, theta: Operand | None, displacement: Operand | None, size, mode: int,
          padding: int, align_corners, units: int, layout="NCDHW", *, shape_order=None,
-         dialect=NUMPY, labels: bool = False, cubic: bool = False) -> Warp:
+         dialect=NUMPY, labels: bool = False) -> Warp:
     """The forward's description. ``theta`` (N, 3, 4) and ``displacement`` (N, Do, Ho, Wo,
     3) may be None; ``mode``, ``padding`` and ``units`` are kernel integers; ``labels``:
-    integer label maps are taken with nearest; ``cubic``: the front door takes the cubic
-    modes."""
+    integer label maps are taken with nearest."""
     layout, order = _order(layout, shape_order)
-    _cubic_allowed(mode, cubic, "mode")
     align_corners = _checks.boolean("align_corners", align_corners)
     input_shape = _volume(input, order, dialect, labels and mode == NEAREST)
     _checks.nonempty_spatial(input.name, input_shape[2:])
@@ -403,7 +389,7 @@ def warp(input: Operand, theta: Operand | None, displacement: Operand | None, si
 def warp_backward(grad_output: Operand, input: Operand, theta: Operand | None,
                   displacement: Operand | None, mode: int, padding: int, align_corners,
                   units: int, output_mask=(True, True, True), layout="NCDHW", *,
-                  shape_order=None, dialect=NUMPY, cubic: bool = False) -> Warp:
+                  shape_order=None, dialect=NUMPY) -> Warp:
     """The backward's description: the forward's with the output size of ``grad_output``
     (of the input's N, C and dtype). A gradient of an absent operand is not computed."""
     layout, order = _order(layout, shape_order)
@@ -412,8 +398,7 @@ def warp_backward(grad_output: Operand, input: Operand, theta: Operand | None,
     _checks.rank(grad_output.name, grad_output.shape, 5, dialect.noun)
     gout = _layout.logical_shape(grad_output.shape, order)
     call = warp(input, theta, displacement, None if displacement else gout[2:], mode, padding,
-                align_corners, units, layout, shape_order=shape_order, dialect=dialect,
-                cubic=cubic)
+                align_corners, units, layout, shape_order=shape_order, dialect=dialect)
     _checks.same_dtype(grad_output.name, grad_output.dtype, input.name, input.dtype,
                        dialect.spell)
     what = "shape (the forward's output shape" + (f", {order})" if dialect.names_layout else ")")

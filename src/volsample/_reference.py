@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _coords
-from ._tables import PADDINGS
+from ._tables import MODES, PADDINGS
 
 # ---------------------------------------------------------------------------------------
 # Grid sampling (docs/semantics.md, section 2)
@@ -57,35 +57,6 @@ def _sample_corners(grid, shape, mode, padding_mode, align_corners):
     return table, (mx, my, mz), finite
 
 
-def _cubic_weights(t, mode):
-    """The four tap weights (taps floor(x) - 1 .. floor(x) + 2) at t = x - floor(x), and
-    their derivatives d/dt: the cubic convolution kernel with A = -0.75 (bicubic) or the
-    uniform cubic B-spline."""
-    if mode == "bicubic":
-        A = -0.75
-
-        def near(s):  # |s| <= 1
-            return (A + 2) * s**3 - (A + 3) * s**2 + 1
-
-        def far(s):  # 1 < |s| < 2
-            return A * s**3 - 5 * A * s**2 + 8 * A * s - 4 * A
-
-        def near_slope(s):
-            return 3 * (A + 2) * s**2 - 2 * (A + 3) * s
-
-        def far_slope(s):
-            return 3 * A * s**2 - 10 * A * s + 8 * A
-
-        weights = (far(t + 1), near(t), near(1 - t), far(2 - t))
-        slopes = (far_slope(t + 1), near_slope(t), -near_slope(1 - t), -far_slope(2 - t))
-        return weights, slopes
-    weights = ((1 - t) ** 3 / 6, (3 * t**3 - 6 * t**2 + 4) / 6,
-               (-3 * t**3 + 3 * t**2 + 3 * t + 1) / 6, t**3 / 6)
-    slopes = (-((1 - t) ** 2) / 2, (9 * t**2 - 12 * t) / 6, (-9 * t**2 + 6 * t + 3) / 6,
-              t**2 / 2)
-    return weights, slopes
-
-
 def _padded_tap(tap, size, padding_mode, align_corners):
     """The voxel a whole-number tap reads, and whether it reads one (zeros: inside)."""
     if padding_mode == "zeros":
@@ -114,7 +85,7 @@ def _sample_taps(grid, shape, mode, padding_mode, align_corners):
             x, slope = _coords.unnormalize(np, grid[..., axis], size, align_corners)
         x = np.where(finite, x, 0.0)
         low = np.floor(x)
-        weights, slopes = _cubic_weights(x - low, mode)
+        weights, slopes, _ = MODES[mode].weights(x - low)
         taps = [_padded_tap(low + k - 1, size, padding_mode, align_corners) for k in range(4)]
         axes.append([(index, inside, weights[k], slopes[k])
                      for k, (index, inside) in enumerate(taps)])

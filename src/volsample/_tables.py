@@ -7,15 +7,16 @@ the choice). The NumPy and torch APIs name it by string, the custom ops by that 
 ``volsample.aclnn`` by CANN's integer where CANN has the choice. Each front door turns its
 form into the kernel integer here, once; the C++ core's enums (``src/cpp/tensor.h``) hold
 the same integers, which a test checks. Adding an interpolation mode is one entry in
-``MODES`` and one kernel per backend.
+``MODES`` (its weights from ``_weights``) and its weights in each backend's language.
 """
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from collections.abc import Iterable
 from typing import Generic, TypeVar
 
+from . import _weights
 from ._errors import InvalidArgumentError
 
 
@@ -30,6 +31,8 @@ class Choice:
 class Mode(Choice):
     taps: int = 2                # taps per axis (1 nearest, 2 linear, 4 cubic)
     grid_gradient: bool = True  # False: piecewise constant, grad_grid is exactly 0
+    # The taps' weights and their derivatives along an axis (``_weights``); None: nearest
+    weights: Callable | None = None
 
 
 C = TypeVar("C", bound=Choice)
@@ -98,10 +101,10 @@ def _is_int(value) -> bool:
 
 
 MODES = Table("mode", [
-    Mode("bilinear", 0, cann=0, taps=2),
+    Mode("bilinear", 0, cann=0, taps=2, weights=_weights.linear),
     Mode("nearest", 1, cann=1, taps=1, grid_gradient=False),
-    Mode("bicubic", 2, cann=None, taps=4),
-    Mode("bspline", 3, cann=None, taps=4),
+    Mode("bicubic", 2, cann=None, taps=4, weights=_weights.cubic_convolution),
+    Mode("bspline", 3, cann=None, taps=4, weights=_weights.cubic_bspline),
 ])
 PADDINGS = Table("padding_mode", [
     Choice("zeros", 0, cann=0),

@@ -107,7 +107,7 @@ def warp(volume: da.Array | np.ndarray, displacement: da.Array | np.ndarray,
     # The call every chunk makes, checked once: the chunks' grids are in the compute dtype.
     call = _calls.grid_sample(_calls.operand("volume", volume),
                               _calls.Operand("displacement", field.shape, dtype), mode, padding,
-                              align_corners, cubic=True)
+                              align_corners)
     out_shape, in_shape = tuple(field.shape[1:4]), tuple(volume.shape[2:])
     if chunks is None:
         chunks = field.chunks[1:4] if isinstance(field, da.Array) else volume.chunksize[2:]

@@ -76,7 +76,7 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     mode, padding_mode = MODES.code(mode), PADDINGS.code(padding_mode)
     input, grid = _checks.ndarray("input", input), _checks.ndarray("grid", grid)
     call = _calls.grid_sample(_calls.operand("input", input), _calls.operand("grid", grid), mode,
-                              padding_mode, align_corners, layout, labels=True, cubic=True)
+                              padding_mode, align_corners, layout, labels=True)
     out = _layout.empty(call.output_shape, call.dtype, call.layout, name="output")
     arrays = _layout.logical(input, call.layout), grid, out
     _backend.forward(call, *arrays)
@@ -148,8 +148,7 @@ def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np
                                 (("grad_output", grad_output), ("input", input), ("grid", grid)))
     call = _calls.grid_sample_backward(
         _calls.operand("grad_output", grad_output), _calls.operand("input", input),
-        _calls.operand("grid", grid), mode, padding_mode, align_corners, output_mask, layout,
-        cubic=True)
+        _calls.operand("grid", grid), mode, padding_mode, align_corners, output_mask, layout)
     want_input, want_grid = call.output_mask
     grad_input = (_layout.empty(call.input_shape, call.dtype, call.layout, name="grad_input")
                   if want_input else None)

@@ -102,7 +102,7 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     a = _arrays(input=input, theta=theta, displacement=displacement)
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp(ops[0], ops[1], ops[2], size, mode, padding_mode, align_corners, units,
-                       layout, labels=True, cubic=True)
+                       layout, labels=True)
     out, returned = _layout.result(call, out, contiguous=False)
     arrays = _layout.logical(a["input"], call.layout), a["theta"], a["displacement"], out
     # (out's strides are in the key: a call met before writes an out of the strides its
@@ -200,7 +200,7 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     a = _arrays(grad_output=grad_output, input=input, theta=theta, displacement=displacement)
     ops = [_operand(name, v) for name, v in a.items()]
     call = _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding_mode,
-                                align_corners, units, output_mask, layout, cubic=True)
+                                align_corners, units, output_mask, layout)
     allocators = _gradient_allocators(call)
     gradients = _gradients(call, grad_displacement_out, allocators)
     arrays = (_layout.logical(a["grad_output"], call.layout),

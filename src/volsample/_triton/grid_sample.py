@@ -51,9 +51,7 @@ from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtyp
                is_channels_last, new_volume, on_device_of, programs,
                split_spatial, tile, tl_dtype)
 
-_NEAREST = tl.constexpr(NEAREST)
-_BICUBIC = tl.constexpr(MODES["bicubic"].code)
-_BSPLINE = tl.constexpr(MODES["bspline"].code)
+_BICUBIC = tl.constexpr(MODES["bicubic"].code)  # _cubic_weights' choice; the rest: TAPS
 _REFLECTION = tl.constexpr(REFLECTION)
 _ZEROS = tl.constexpr(ZEROS)
 _INF = tl.constexpr(float("inf"))
@@ -227,12 +225,12 @@ def _axis_tap(i, HIGH: tl.constexpr):
 
 
 @triton.jit
-def _corner(K: tl.constexpr, ix, iy, iz, valid, D, H, W, MODE: tl.constexpr,
+def _corner(K: tl.constexpr, ix, iy, iz, valid, D, H, W, TAPS: tl.constexpr,
             INDEX: tl.constexpr):
     """Corner K (= dx + 2 dy + 4 dz) of each point: its voxel (x, y, z), whether it lies in
     the volume (and the point is ``valid``), and its weight. Nearest has the single corner
     K = 0, of weight 1."""
-    if MODE == _NEAREST:
+    if TAPS == 1:
         fx = _round_half_even(ix)
         fy = _round_half_even(iy)
         fz = _round_half_even(iz)
@@ -588,14 +586,14 @@ def _rows_of_item(p, n, S):
 
 
 @triton.jit
-def _cell_id(n, z, y, x, D, H, W, MODE: tl.constexpr):
+def _cell_id(n, z, y, x, D, H, W, TAPS: tl.constexpr):
     """Flat id of a cell: for nearest the voxel (n, z, y, x); for bilinear the unit cube
     whose low corner is (z-1, y-1, x-1), ids over (D+1)(H+1)(W+1) cells per batch item;
     for the cubic modes the 4 x 4 x 4 window whose low corner is (z-3, y-3, x-3), ids over
     (D+3)(H+3)(W+3)."""
-    if MODE == _NEAREST:
+    if TAPS == 1:
         return ((n * D + z) * H + y) * W + x
-    if MODE == _BICUBIC or MODE == _BSPLINE:
+    if TAPS == 4:
         return ((n * (D + 3) + z) * (H + 3) + y) * (W + 3) + x
     return ((n * (D + 1) + z) * (H + 1) + y) * (W + 1) + x
 
@@ -603,7 +601,8 @@ def _cell_id(n, z, y, x, D, H, W, MODE: tl.constexpr):
 @triton.jit
 def _forward_kernel(inp, field, theta, table, out, C, D, H, W, S, Do, Ho, Wo,
                     siN, siC, siD, siH, siW, sfN, sfD, sfH, sfW, sfK, soN, soC, soQ,
-                    MODE: tl.constexpr, PADDING: tl.constexpr, ALIGN: tl.constexpr,
+                    MODE: tl.constexpr, TAPS: tl.constexpr, PADDING: tl.constexpr,
+                    ALIGN: tl.constexpr,
                     AFFINE: tl.constexpr, FIELD: tl.constexpr, SCALED: tl.constexpr,
                     COMPUTE: tl.constexpr, INDEX: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
@@ -612,7 +611,7 @@ def _forward_kernel(inp, field, theta, table, out, C, D, H, W, S, Do, Ho, Wo,
     n, q, pmask = block_of_points(tl.program_id(0), S, BLOCK_P, INDEX)
     cx, cy, cz, _ = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN, sfD,
                                        sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
-    if MODE == _BICUBIC or MODE == _BSPLINE:
+    if TAPS == 4:
         fp, _, _, _, _ = _cubic_footprint(cx, cy, cz, pmask, D, H, W, MODE, PADDING, ALIGN,
                                           INDEX)
     else:
@@ -620,12 +619,12 @@ def _forward_kernel(inp, field, theta, table, out, C, D, H, W, S, Do, Ho, Wo,
     for c0 in range(0, C, BLOCK_C):
         c = (c0 + tl.arange(0, BLOCK_C)).to(INDEX)
         cmask = c < C
-        if MODE == _BICUBIC or MODE == _BSPLINE:
+        if TAPS == 4:
             acc = _tap_value(inp + n * siN, fp, c, cmask, siC, siD, siH, siW, COMPUTE)
         else:
             acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
-            for k in tl.static_range(1 if MODE == _NEAREST else 8):
-                x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, MODE, INDEX)
+            for k in tl.static_range(TAPS * TAPS * TAPS):
+                x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, TAPS, INDEX)
                 offset = n * siN + z * siD + y * siH + x * siW
                 v = tl.load(inp + offset[:, None] + c[None, :] * siC,
                             mask=inside[:, None] & cmask[None, :], other=0.0)
@@ -640,7 +639,8 @@ def _backward_points_kernel(
         C, D, H, W, S, Do, Ho, Wo, NO_CELL,
         sgoN, sgoC, sgoD, sgoH, sgoW, siN, siC, siD, siH, siW, sfN, sfD, sfH, sfW, sfK,
         giN, giC, giD, giH, giW,
-        MODE: tl.constexpr, PADDING: tl.constexpr, ALIGN: tl.constexpr,
+        MODE: tl.constexpr, TAPS: tl.constexpr, PADDING: tl.constexpr,
+        ALIGN: tl.constexpr,
         AFFINE: tl.constexpr, FIELD: tl.constexpr, SCALED: tl.constexpr,
         FIELD_GRAD: tl.constexpr, THETA_GRAD: tl.constexpr, SCATTER: tl.constexpr,
         KEYS: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr,
@@ -656,7 +656,7 @@ def _backward_points_kernel(
     n, q, pmask = block_of_points(tl.program_id(0), S, BLOCK_P, INDEX)
     cx, cy, cz, base = _point_coordinates(field, theta, table, n, q, pmask, Do, Ho, Wo, sfN,
                                           sfD, sfH, sfW, sfK, COMPUTE, AFFINE, FIELD, SCALED)
-    if MODE == _BICUBIC or MODE == _BSPLINE:
+    if TAPS == 4:
         fp, mx, my, mz, valid = _cubic_footprint(cx, cy, cz, pmask, D, H, W, MODE, PADDING,
                                                  ALIGN, INDEX)
     else:
@@ -676,7 +676,7 @@ def _backward_points_kernel(
             cmask = c < C
             g = tl.load(go_q[:, None] + c[None, :] * sgoC, mask=valid[:, None] & cmask[None, :],
                         other=0.0).to(COMPUTE)
-            if MODE == _BICUBIC or MODE == _BSPLINE:
+            if TAPS == 4:
                 tx, ty, tz = _tap_backward(inp + n * siN, gin + n * giN, fp, g, c, cmask, siC,
                                            siD, siH, siW, giC, giD, giH, giW,
                                            FIELD_GRAD or THETA_GRAD, SCATTER, COMPUTE)
@@ -684,8 +684,8 @@ def _backward_points_kernel(
                 tx = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
                 ty = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
                 tz = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
-                for k in tl.static_range(1 if MODE == _NEAREST else 8):
-                    x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, MODE,
+                for k in tl.static_range(TAPS * TAPS * TAPS):
+                    x, y, z, inside, weight = _corner(k, ix, iy, iz, valid, D, H, W, TAPS,
                                                       INDEX)
                     m = inside[:, None] & cmask[None, :]
                     if FIELD_GRAD or THETA_GRAD:
@@ -725,7 +725,7 @@ def _backward_points_kernel(
                                    base, valid, table, q, Ho, Wo)
     if KEYS:
         mine = _rows_of_item(p, n, S)
-        if MODE == _BICUBIC or MODE == _BSPLINE:  # keyed by the low corner of its window
+        if TAPS == 4:  # keyed by the low corner of its window
             voxels, reads, weights, _ = fp
             x, wx = _tap_window(voxels[0], reads[0], weights[0], W)
             y, wy = _tap_window(voxels[1], reads[1], weights[1], H)
@@ -737,8 +737,8 @@ def _backward_points_kernel(
                 tl.store(row + 4 + j, wy[j], mask=mine)
                 tl.store(row + 8 + j, wz[j], mask=mine)
             x, y, z = x + 3, y + 3, z + 3
-        elif MODE == _NEAREST:
-            x, y, z, touches, _ = _corner(0, ix, iy, iz, valid, D, H, W, MODE, INDEX)
+        elif TAPS == 1:
+            x, y, z, touches, _ = _corner(0, ix, iy, iz, valid, D, H, W, TAPS, INDEX)
         else:  # shifted by one: the cell's low corner may lie at -1
             fx = tl.floor(ix) + 1.0
             fy = tl.floor(iy) + 1.0
@@ -749,20 +749,20 @@ def _backward_points_kernel(
             tl.store(row, ix, mask=mine)
             tl.store(row + 1, iy, mask=mine)
             tl.store(row + 2, iz, mask=mine)
-        cell = tl.where(touches, _cell_id(n, z, y, x, D, H, W, MODE), NO_CELL)
+        cell = tl.where(touches, _cell_id(n, z, y, x, D, H, W, TAPS), NO_CELL)
         tl.store(keys + p, cell.to(keys.dtype.element_ty), mask=mine)
         tl.store(go_offsets + p, go_at.to(go_offsets.dtype.element_ty), mask=mine)
 
 
 @triton.jit
 def _gather_cell(acc, ex, ey, ez, n, z, y, x, D, H, W, gout, order, coords, go_offsets,
-                 starts, vmask, c, cmask, sgoC, MODE: tl.constexpr, COMPUTE: tl.constexpr,
+                 starts, vmask, c, cmask, sgoC, TAPS: tl.constexpr, COMPUTE: tl.constexpr,
                  INDEX: tl.constexpr):
     """``acc`` plus the terms of the points of the cell at offset (ex, ey, ez) from each
     voxel (z, y, x), in point order: grad_output times the voxel's weight, from the
     values the keys pass stored per point in ``coords`` (bilinear: the padded coordinates,
     the cubic modes: per axis the summed weights of the window's voxels)."""
-    cell = _cell_id(n, z + ez, y + ey, x + ex, D, H, W, MODE)
+    cell = _cell_id(n, z + ez, y + ey, x + ex, D, H, W, TAPS)
     first = tl.load(starts + cell, mask=vmask, other=0).to(INDEX)
     end = tl.load(starts + cell + 1, mask=vmask, other=0).to(INDEX)
     for j in range(tl.max(end - first)):
@@ -772,9 +772,9 @@ def _gather_cell(acc, ex, ey, ez, n, z, y, x, D, H, W, gout, order, coords, go_o
         go = gout + tl.load(go_offsets + p, mask=m, other=0).to(INDEX)
         g = tl.load(go[:, None] + c[None, :] * sgoC, mask=m[:, None] & cmask[None, :],
                     other=0.0).to(COMPUTE)
-        if MODE == _NEAREST:
+        if TAPS == 1:
             acc += g
-        elif MODE == _BICUBIC or MODE == _BSPLINE:
+        elif TAPS == 4:
             row = coords + 12 * p
             wx = tl.load(row + (3 - ex), mask=m, other=0.0)
             wy = tl.load(row + (7 - ey), mask=m, other=0.0)
@@ -792,7 +792,7 @@ def _gather_cell(acc, ex, ey, ez, n, z, y, x, D, H, W, gout, order, coords, go_o
 def _gather_input_grad_kernel(
         gout, gin, order, coords, go_offsets, starts,
         C, D, H, W, S_in, CHUNKS, sgoC, giN, giC, giQ,
-        MODE: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr,
+        TAPS: tl.constexpr, COMPUTE: tl.constexpr, INDEX: tl.constexpr,
         BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """grad_input without atomics: one program per BLOCK_P input voxels and BLOCK_C
     channels, each voxel summing the points of the cells around it (``order``/``starts``:
@@ -805,19 +805,19 @@ def _gather_input_grad_kernel(
     cmask = c < C
     z, y, x = split_spatial(v, H, W)
     acc = tl.zeros((BLOCK_P, BLOCK_C), COMPUTE)
-    if MODE == _BICUBIC or MODE == _BSPLINE:
+    if TAPS == 4:
         # Along each axis the voxel is tap 3 - e of the window whose (shifted) low corner
         # lies at its own position + e, e = 0..3.
         for k in range(64):
             acc = _gather_cell(acc, k % 4, (k // 4) % 4, k // 16, n, z, y, x, D, H, W, gout,
-                               order, coords, go_offsets, starts, vmask, c, cmask, sgoC, MODE,
+                               order, coords, go_offsets, starts, vmask, c, cmask, sgoC, TAPS,
                                COMPUTE, INDEX)
     else:
         # Bilinear: along each axis the voxel is the high corner of the cell at its own
         # (shifted) position and the low corner of the next cell.
-        for k in tl.static_range(1 if MODE == _NEAREST else 8):
+        for k in tl.static_range(TAPS * TAPS * TAPS):
             acc = _gather_cell(acc, k & 1, (k >> 1) & 1, k >> 2, n, z, y, x, D, H, W, gout,
-                               order, coords, go_offsets, starts, vmask, c, cmask, sgoC, MODE,
+                               order, coords, go_offsets, starts, vmask, c, cmask, sgoC, TAPS,
                                COMPUTE, INDEX)
     # v again, from the (z, y, x) the cells keep live: v's own base would be one more
     # value live across them (ptxas spilled it: sm_80, int64, cubic at (64, 8))
@@ -876,7 +876,9 @@ def _setup(input, coords, mode, padding_mode, align_corners, tensors, counts):
     N, C, D, H, W = input.shape
     Do, Ho, Wo = coords.spatial
     compute = compute_dtype(input.dtype, coords.dtype)
-    consts = dict(MODE=mode, PADDING=padding_mode, ALIGN=bool(align_corners),
+    # The kernels' structure follows the mode's taps per axis; MODE picks its weights.
+    consts = dict(MODE=mode, TAPS=MODES.of(mode).taps, PADDING=padding_mode,
+                  ALIGN=bool(align_corners),
                   COMPUTE=tl_dtype(compute), **coords.consts(),
                   INDEX=index_dtype(input, *coords.tensors(), *tensors, counts=counts))
     return (N, C, D, H, W, Do * Ho * Wo, Do, Ho, Wo), compute, consts
@@ -1035,7 +1037,7 @@ def _gathered_input_grad(grad_output, input, coords, sinks, sizes, compute, cons
     # cells (8 bytes, sm_80, at (256, 2) and the cubic modes' (128, 4))
     _gather_input_grad_kernel[programs(N, D * H * W, block_p, chunks)](
         grad_output, grad_input, order, voxel_coords, go_offsets, starts, C, D, H, W, D * H * W,
-        chunks, grad_output.stride(1), *dense_strides(grad_input), MODE=consts["MODE"],
+        chunks, grad_output.stride(1), *dense_strides(grad_input), TAPS=consts["TAPS"],
         COMPUTE=consts["COMPUTE"], INDEX=consts["INDEX"], BLOCK_P=block_p, BLOCK_C=block_c,
         num_warps=8, **LAUNCH)
     return grad_input

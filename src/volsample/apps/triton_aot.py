@@ -342,12 +342,12 @@ def _run(family: str, row: dict, state: dict) -> None:
             grid = torch.rand((2,) + size_out + (3,), dtype=torch.float64).to(coord_dtype)
             if run == "forward":
                 call = _calls.grid_sample(op("input", x), op("grid", grid), *codes,
-                                          _operands.layout(x), shape_order="NCDHW", cubic=True)
+                                          _operands.layout(x), shape_order="NCDHW")
                 grid_sample.forward(call, x, grid)
             else:
                 call = _calls.grid_sample_backward(
                     op("grad_output", go), op("input", x), op("grid", grid), *codes, run[1],
-                    _operands.layout(x), shape_order="NCDHW", cubic=True)
+                    _operands.layout(x), shape_order="NCDHW")
                 grid_sample.backward(call, go, x, grid, run[2])
             return
         use_theta, use_u = row["operands"]
@@ -358,7 +358,7 @@ def _run(family: str, row: dict, state: dict) -> None:
         u_op = None if u is None else op("displacement", u)
         if run == "forward":
             call = _calls.warp(op("input", x), theta_op, u_op, size_out, *codes, row["units"],
-                               shape_order="NCDHW", layout=_operands.layout(x), cubic=True)
+                               shape_order="NCDHW", layout=_operands.layout(x))
             warp.forward(call, x, theta, u)
         else:
             mask = tuple(m and t is not None for m, t in zip(run[1], (x, theta, u)))
@@ -366,7 +366,7 @@ def _run(family: str, row: dict, state: dict) -> None:
                 return
             call = _calls.warp_backward(op("grad_output", go), op("input", x), theta_op, u_op,
                                         *codes, row["units"], mask, shape_order="NCDHW",
-                                        layout=_operands.layout(x), cubic=True)
+                                        layout=_operands.layout(x))
             warp.backward(call, go, x, theta, u, run[2])
     finally:
         vt._INT32_LIMIT = limit

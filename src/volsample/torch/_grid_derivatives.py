@@ -37,39 +37,8 @@ from .._tables import MODES, REFLECTION, ZEROS
 
 _CHUNK_ELEMENTS = 1 << 21  # (batch x channels x points x taps) per chunk: ~0.4 GB peak in float64
 
-_A = -0.75  # the cubic convolution kernel's parameter (PyTorch's bicubic)
-
-
 def _compute_dtype(*tensors):
     return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
-
-
-def _cubic_weights(f, mode_name):
-    """The 4 weights of the taps floor(x) - 1 .. floor(x) + 2 at ``f = x - floor(x)``, and
-    their first and second derivatives in x: three tensors (..., 4)."""
-    if mode_name == "bicubic":
-        def near(s):  # |s| <= 1: the kernel, its first and second derivatives
-            return (((_A + 2) * s - (_A + 3)) * s * s + 1, (3 * (_A + 2) * s - 2 * (_A + 3)) * s,
-                    6 * (_A + 2) * s - 2 * (_A + 3))
-
-        def far(s):  # 1 < |s| < 2
-            return (((_A * s - 5 * _A) * s + 8 * _A) * s - 4 * _A,
-                    (3 * _A * s - 10 * _A) * s + 8 * _A, 6 * _A * s - 10 * _A)
-
-        # Taps at distances f + 1, f, 1 - f, 2 - f: the last two mirror, so their odd
-        # derivatives change sign.
-        pieces = [far(f + 1), near(f), near(1 - f), far(2 - f)]
-        signs = (1, 1, -1, -1)
-        w = [p[0] for p in pieces]
-        d1 = [sign * p[1] for sign, p in zip(signs, pieces)]
-        d2 = [p[2] for p in pieces]
-    else:  # the uniform cubic B-spline
-        g = 1 - f
-        w = [g * g * g / 6, ((3 * f - 6) * f * f + 4) / 6, ((-3 * f + 3) * f * f + 3 * f + 1) / 6,
-             f * f * f / 6]
-        d1 = [-g * g / 2, (1.5 * f - 2) * f, (-1.5 * f + 1) * f + 0.5, f * f / 2]
-        d2 = [g, 3 * f - 2, 1 - 3 * f, f]
-    return tuple(torch.stack(v, -1) for v in (w, d1, d2))
 
 
 def _padded_taps(taps, size: int, padding: int, align_corners: bool):
@@ -90,7 +59,8 @@ def _axis_taps(coord, size: int, mode: int, padding: int, align_corners: bool):
     (..., T), the weights and their first and second derivatives in the voxel coordinate
     (..., T; the second None where it is 0), the slope d(voxel)/d(coord) (...) and whether
     the voxel coordinate is finite."""
-    if MODES.of(mode).taps == 2:
+    T = MODES.of(mode).taps
+    if T == 2:
         x, slope = _coords.source_index(torch, coord, size, padding, align_corners)
     else:
         x, slope = _coords.unnormalize(torch, coord, size, align_corners)
@@ -98,17 +68,17 @@ def _axis_taps(coord, size: int, mode: int, padding: int, align_corners: bool):
     x = torch.where(finite, x, 0)
     low = torch.floor(x)
     f = x - low
-    if MODES.of(mode).taps == 2:
-        taps = low[..., None] + torch.tensor([0.0, 1.0], dtype=x.dtype, device=x.device)
-        inside = (taps >= 0) & (taps <= size - 1)
-        index = taps.clamp(0, size - 1).long()
-        weight = torch.stack([1 - f, f], -1)
-        first = torch.tensor([-1.0, 1.0], dtype=x.dtype, device=x.device).expand(weight.shape)
-        second = None
+    taps = low[..., None] + torch.arange(1 - T // 2, T // 2 + 1, dtype=x.dtype, device=x.device)
+    if T == 2:  # trilinear pads the coordinate, not its taps
+        index, inside = taps.clamp(0, size - 1).long(), (taps >= 0) & (taps <= size - 1)
     else:
-        taps = low[..., None] + torch.arange(-1, 3, dtype=x.dtype, device=x.device)
         index, inside = _padded_taps(taps, size, padding, align_corners)
-        weight, first, second = _cubic_weights(f, MODES.of(mode).name)
+    weights = MODES.of(mode).weights
+    if weights is None:  # nearest: piecewise constant, its callers skip it
+        raise ValueError(f"mode {MODES.of(mode).name!r} has no grid derivatives")
+    weight, first, second = (torch.stack(v, -1) for v in weights(f))
+    if T == 2:
+        second = None  # no curvature
     return index, inside, weight, first, second, slope, finite
 
 

@@ -35,7 +35,7 @@ def _describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _
     mode = MODES.check_code(interpolation_mode, "interpolation_mode")
     padding = PADDINGS.check_code(padding_mode)
     return _calls.grid_sample(*operands, mode, padding, align_corners, _operands.layout(input),
-                              shape_order="NCDHW", dialect=_operands.TORCH, cubic=True)
+                              shape_order="NCDHW", dialect=_operands.TORCH)
 
 
 @_operands.cached_description
@@ -49,7 +49,7 @@ def _describe_backward(grad_output, input, grid, interpolation_mode, padding_mod
     padding = PADDINGS.check_code(padding_mode)
     return _calls.grid_sample_backward(*operands, mode, padding, align_corners, output_mask,
                                        _operands.layout(input), shape_order="NCDHW",
-                                       dialect=_operands.TORCH, cubic=True)
+                                       dialect=_operands.TORCH)
 
 
 def _gradients(call, input, grid):

@@ -29,8 +29,7 @@ def describe(input, theta, displacement, size, interpolation_mode, padding_mode,
     ops = _warp_operands(input=input, theta=theta, displacement=displacement)
     mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
     return _calls.warp(ops[0], ops[1], ops[2], list(size), mode, padding, align_corners, units,
-                       _operands.layout(input), shape_order="NCDHW", dialect=_operands.TORCH,
-                       cubic=True)
+                       _operands.layout(input), shape_order="NCDHW", dialect=_operands.TORCH)
 
 
 @_operands.cached_description
@@ -43,7 +42,7 @@ def describe_backward(grad_output, input, theta, displacement, interpolation_mod
     mode, padding, units = _codes(interpolation_mode, padding_mode, displacement_units)
     return _calls.warp_backward(ops[0], ops[1], ops[2], ops[3], mode, padding, align_corners, units, output_mask,
                                 _operands.layout(input), shape_order="NCDHW",
-                                dialect=_operands.TORCH, cubic=True)
+                                dialect=_operands.TORCH)
 
 
 def gradients(output_mask, input, theta, displacement):
