@@ -4,9 +4,11 @@
 The ops mirror ``aten::grid_sampler_3d`` and its backward (kernel integers of
 ``volsample._tables``: interpolation 0 bilinear, 1 nearest, 2 bicubic, 3 bspline; padding
 0 zeros, 1 border, 2 reflection). Each builds the call's checked description
-(``volsample._calls``) and hands it to a backend: the C++ kernels for CPU tensors (through NumPy views of their memory),
-the Triton kernels for CUDA tensors; fake implementations give torch.compile the result
-shapes, dtypes and memory formats. Semantics: docs/semantics.md.
+(``volsample._calls``, through ``_grid_call``) and hands it to a backend: the C++ kernels
+for CPU tensors (through NumPy views of their memory), the Triton kernels for CUDA
+tensors; fake implementations give torch.compile the result shapes, dtypes and memory
+formats. Their derivatives along a grid direction are ``_grid_jvp``'s ops. Semantics:
+docs/semantics.md.
 """
 from __future__ import annotations
 
@@ -14,57 +16,15 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _calls, _checks, _config
+from .. import _calls, _config
 from .._cpu import grid_sample as _cpu
 from .._tables import MODES, PADDINGS
-from .._torch_formats import memory_format
-from . import _backends, _dispatch, _grid_derivatives, _memory, _operands, _wording
+from . import _backends, _dispatch, _grid_call, _grid_jvp, _memory, _operands, _wording
 
 _FORWARD_SCHEMA = ("(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, "
                    "bool align_corners) -> Tensor")
 _BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, int interpolation_mode, "
                     "int padding_mode, bool align_corners, bool[] output_mask) -> (Tensor, Tensor)")
-
-
-@_operands.cached_description
-@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
-def _describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _calls.GridSample:
-    """The forward's checked description (every device, and the fake)."""
-    operands = _operands.operand("input", input), _operands.operand("grid", grid)
-    _operands.same_device(input=input, grid=grid)
-    mode = MODES.check_code(interpolation_mode, "interpolation_mode")
-    padding = PADDINGS.check_code(padding_mode)
-    return _calls.grid_sample(*operands, mode, padding, align_corners, _operands.layout(input),
-                              shape_order="NCDHW", dialect=_operands.TORCH)
-
-
-@_operands.cached_description
-@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
-def _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
-                       align_corners, output_mask) -> _calls.GridSample:
-    operands = (_operands.operand("grad_output", grad_output), _operands.operand("input", input),
-                _operands.operand("grid", grid))
-    _operands.same_device(grad_output=grad_output, input=input, grid=grid)
-    mode = MODES.check_code(interpolation_mode, "interpolation_mode")
-    padding = PADDINGS.check_code(padding_mode)
-    return _calls.grid_sample_backward(*operands, mode, padding, align_corners, output_mask,
-                                       _operands.layout(input), shape_order="NCDHW",
-                                       dialect=_operands.TORCH)
-
-
-def _gradients(call, input, grid):
-    """Uninitialised (grad_input, grad_grid) of a backward call, None where not asked for:
-    grad_input in the input's memory format, grad_grid contiguous."""
-    want_input, want_grid = call.output_mask
-    return (_memory.empty_volume(input.shape, input) if want_input else None,
-            _memory.empty_contiguous(grid) if want_grid else None)
-
-
-def _returned(gradients, input, grid):
-    """An op cannot return None: a gradient not asked for comes back as an empty tensor."""
-    grad_input, grad_grid = gradients
-    return (_unasked(input) if grad_input is None else grad_input,
-            _unasked(grid) if grad_grid is None else grad_grid)
 
 
 class _PreparedForward(NamedTuple):
@@ -102,7 +62,7 @@ def _prepared_forward(input, grid, *modes) -> tuple[_PreparedForward, torch.Tens
     prepared = _PREPARED_FORWARDS.get(key)
     if prepared is not None:
         return prepared, None
-    call = _describe(input, grid, *modes)
+    call = _grid_call.describe(input, grid, *modes)
     out = _memory.empty_volume(call.output_shape, input)
     kernel = _cpu.prepare_forward(call, _memory.read_only_array(input),
                                   _memory.read_only_array(grid), _memory.writable_array(out))
@@ -110,18 +70,19 @@ def _prepared_forward(input, grid, *modes) -> tuple[_PreparedForward, torch.Tens
                            _PreparedForward(kernel, _memory.allocator(out), modes, {})), out
 
 
-_PREPARED_FORWARDS = _calls.prepared_calls()  # _memory.tensor_key's, modes, threads -> _PreparedForward
+# _memory.tensor_key's, modes, threads -> _PreparedForward
+_PREPARED_FORWARDS = _calls.prepared_calls()
 
 
 @_dispatch.register_kernel(grid_sampler_3d, "cuda")
 def _grid_sampler_3d_cuda(input, grid, interpolation_mode, padding_mode, align_corners):
-    call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
+    call = _grid_call.describe(input, grid, interpolation_mode, padding_mode, align_corners)
     return _backends.gpu_backend("grid_sample").forward(call, input, grid)
 
 
 @_dispatch.register_fake(grid_sampler_3d)
 def _grid_sampler_3d_fake(input, grid, interpolation_mode, padding_mode, align_corners):
-    call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
+    call = _grid_call.describe(input, grid, interpolation_mode, padding_mode, align_corners)
     return _memory.empty_volume(call.output_shape, input)
 
 
@@ -138,8 +99,9 @@ def grid_sampler_3d_backward(grad_output, input, grid, interpolation_mode, paddi
     """Gradients (grad_input, grad_grid) of ``grid_sampler_3d``; grad_input has the input's
     memory format, grad_grid is contiguous. ``output_mask`` selects them: one not asked
     for is not computed and comes back as an empty tensor (an op cannot return None)."""
-    return _returned(_backward(grad_output, input, grid, interpolation_mode, padding_mode,
-                               align_corners, output_mask), input, grid)
+    gradients = _backward(grad_output, input, grid, interpolation_mode, padding_mode,
+                          align_corners, output_mask)
+    return _grid_call.returned(gradients, input, grid)
 
 
 def _backward(grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
@@ -159,7 +121,7 @@ def _run_backward(prepared, gradients, grad_output, input, grid, modes, output_m
                      None if prepared.grad_grid is None else prepared.grad_grid())
     grad_input, grad_grid = gradients
     if prepared.kernel is None:
-        call = _describe_backward(grad_output, input, grid, *modes, output_mask)
+        call = _grid_call.describe_backward(grad_output, input, grid, *modes, output_mask)
         _cpu.backward(call, *map(_memory.read_only_array, (grad_output, input, grid)),
                       _memory.writable_array(grad_input), _memory.writable_array(grad_grid))
     else:
@@ -177,8 +139,8 @@ def _prepared_backward(grad_output, input, grid, modes, output_mask):
     prepared = _PREPARED_BACKWARDS.get(key)
     if prepared is not None:
         return prepared, None
-    call = _describe_backward(grad_output, input, grid, *modes, output_mask)
-    gradients = _gradients(call, input, grid)
+    call = _grid_call.describe_backward(grad_output, input, grid, *modes, output_mask)
+    gradients = _grid_call.gradients(call, input, grid)
     kernel = _cpu.prepare_backward(call, *map(_memory.read_only_array, (grad_output, input, grid)),
                                    *map(_memory.writable_array, gradients))
     allocators = (None if t is None else _memory.allocator(t) for t in gradients)
@@ -186,7 +148,8 @@ def _prepared_backward(grad_output, input, grid, modes, output_mask):
     return prepared, gradients
 
 
-_PREPARED_BACKWARDS = _calls.prepared_calls()  # _memory.tensor_key's, modes, mask, threads -> _PreparedBackward
+# _memory.tensor_key's, modes, mask, threads -> _PreparedBackward
+_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 def _address(t: torch.Tensor | None) -> int:
@@ -196,105 +159,17 @@ def _address(t: torch.Tensor | None) -> int:
 @_dispatch.register_kernel(grid_sampler_3d_backward, "cuda")
 def _grid_sampler_3d_backward_cuda(grad_output, input, grid, interpolation_mode, padding_mode,
                                    align_corners, output_mask):
-    call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
-                              align_corners, output_mask)
-    return _returned(_backends.gpu_backend("grid_sample").backward(
+    call = _grid_call.describe_backward(grad_output, input, grid, interpolation_mode,
+                                        padding_mode, align_corners, output_mask)
+    return _grid_call.returned(_backends.gpu_backend("grid_sample").backward(
         call, grad_output, input, grid, _config.get_deterministic()), input, grid)
 
 
 @_dispatch.register_fake(grid_sampler_3d_backward)
 def _grid_sampler_3d_backward_fake(grad_output, input, grid, interpolation_mode, padding_mode,
                                    align_corners, output_mask):
-    call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
-                              align_corners, output_mask)
-    return _returned(_gradients(call, input, grid), input, grid)
-
-
-def _unasked(like: torch.Tensor) -> torch.Tensor:
-    """What stands for a gradient that was not asked for."""
-    return like.new_empty((0,))
-
-
-# ---------------------------------------------------------------------------------------
-# Derivatives along a grid direction (what forward-mode AD and the double backward need
-# beyond the forward and backward ops). Plain torch ops, on every device.
-# ---------------------------------------------------------------------------------------
-
-_JVP_SCHEMA = ("(Tensor input, Tensor grid, Tensor grid_tangent, int interpolation_mode, "
-               "int padding_mode, bool align_corners) -> Tensor")
-_BACKWARD_JVP_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, Tensor grid_tangent, "
-                        "int interpolation_mode, int padding_mode, bool align_corners, "
-                        "bool[] output_mask) -> (Tensor, Tensor)")
-
-
-@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
-def _check_tangent(grid_tangent, grid):
-    _operands.tensor("grid_tangent", grid_tangent)
-    _checks.volume_dtype("grid_tangent", _operands.operand("grid_tangent", grid_tangent).dtype,
-                         _operands.TORCH.spell)
-    _operands.same_device(grid_tangent=grid_tangent, grid=grid)
-    _checks.shape_equal("grid_tangent", grid_tangent.shape, grid.shape, "grid's shape")
-
-
-@_dispatch.custom_op("grid_sampler_3d_jvp", _JVP_SCHEMA, devices=("cpu", "cuda"))
-@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
-def grid_sampler_3d_jvp(input, grid, grid_tangent, interpolation_mode, padding_mode,
-                        align_corners):
-    """The derivative of ``grid_sampler_3d(input, grid)`` along ``grid_tangent`` (a grid
-    of directions); 0 for nearest sampling. The input's shape, dtype and memory format."""
-    call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
-    _check_tangent(grid_tangent, grid)
-    if not call.grid_gradient:
-        return _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode,
-                                         padding_mode, align_corners).zero_()
-    out = _grid_derivatives.forward_grid_jvp(input, grid, grid_tangent, call.mode,
-                                             call.padding, call.align_corners)
-    return out.contiguous(memory_format=memory_format(input))
-
-
-@_dispatch.register_fake(grid_sampler_3d_jvp)
-@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
-def _grid_sampler_3d_jvp_fake(input, grid, grid_tangent, interpolation_mode, padding_mode,
-                              align_corners):
-    call = _describe(input, grid, interpolation_mode, padding_mode, align_corners)
-    _check_tangent(grid_tangent, grid)
-    return _memory.empty_volume(call.output_shape, input)
-
-
-@_dispatch.custom_op("grid_sampler_3d_backward_jvp", _BACKWARD_JVP_SCHEMA,
-                     devices=("cpu", "cuda"))
-@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
-def grid_sampler_3d_backward_jvp(grad_output, input, grid, grid_tangent, interpolation_mode,
-                                 padding_mode, align_corners, output_mask):
-    """The derivatives of ``grid_sampler_3d_backward``'s (grad_input, grad_grid) along
-    ``grid_tangent``, with the backward's shapes, dtypes and memory formats; 0 for nearest
-    sampling. The backward's Jacobian in the grid is its Hessian block, symmetric, so these
-    also are the double backward's terms of an incoming grad_grid gradient."""
-    call = _describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
-                              align_corners, output_mask)
-    want_input, want_grid = call.output_mask
-    _check_tangent(grid_tangent, grid)
-    if not call.grid_gradient:
-        grad_input, grad_grid = _grid_sampler_3d_backward_fake(
-            grad_output, input, grid, interpolation_mode, padding_mode, align_corners,
-            output_mask)
-        return grad_input.zero_(), grad_grid.zero_()
-    grad_input, grad_grid = _grid_derivatives.backward_grid_jvp(
-        grad_output, input, grid, grid_tangent, call.mode, call.padding, call.align_corners,
-        want_input, want_grid)
-    return (_unasked(input) if grad_input is None
-            else grad_input.contiguous(memory_format=memory_format(input)),
-            _unasked(grid) if grad_grid is None else grad_grid)
-
-
-@_dispatch.register_fake(grid_sampler_3d_backward_jvp)
-@_wording.raises_torch_errors(_wording.GRID_SAMPLER)
-def _grid_sampler_3d_backward_jvp_fake(grad_output, input, grid, grid_tangent,
-                                       interpolation_mode, padding_mode, align_corners,
-                                       output_mask):
-    _check_tangent(grid_tangent, grid)
-    return _grid_sampler_3d_backward_fake(grad_output, input, grid, interpolation_mode,
-                                          padding_mode, align_corners, output_mask)
+    return _grid_call.empty_gradients(grad_output, input, grid, interpolation_mode,
+                                      padding_mode, align_corners, output_mask)
 
 
 # ---------------------------------------------------------------------------------------
@@ -302,44 +177,15 @@ def _grid_sampler_3d_backward_jvp_fake(grad_output, input, grid, grid_tangent,
 # ---------------------------------------------------------------------------------------
 
 
-def _sample_batched(op, info, in_dims, tensors, modes):
-    """A vmapped call of a forward op (input, grid[, grid_tangent], *modes): one volume
-    (an unbatched input) is sampled at every grid in one call, the batch folded into the
-    grid's Do (the volume never copied); else the batch folds into N."""
-    B = info.batch_size
-    input, *grids = tensors
-    if in_dims[0] is None:
-        grid, dim = grids[0], in_dims[1]
-        Do = grid.shape[1] if dim is None else grid.movedim(dim, 0).shape[2]
-        folded = [_dispatch.fold_points(g, d, B) for g, d in zip(grids, in_dims[1:])]
-        out = op(input, *folded, *modes)  # (N, C, B * Do, Ho, Wo)
-        return out.unflatten(2, (B, Do)), 2
-    return _dispatch.unfold_n(op(*_dispatch.fold_into_n(B, in_dims, tensors), *modes), B)
-
-
 @_dispatch.register_vmap(grid_sampler_3d)
 def _grid_sampler_3d_vmap(info, in_dims, input, grid, *modes):
-    return _sample_batched(grid_sampler_3d, info, in_dims, (input, grid), modes)
-
-
-@_dispatch.register_vmap(grid_sampler_3d_jvp)
-def _grid_sampler_3d_jvp_vmap(info, in_dims, input, grid, grid_tangent, *modes):
-    return _sample_batched(grid_sampler_3d_jvp, info, in_dims, (input, grid, grid_tangent), modes)
+    return _grid_call.sample_batched(grid_sampler_3d, info, in_dims, (input, grid), modes)
 
 
 @_dispatch.register_vmap(grid_sampler_3d_backward)
 def _grid_sampler_3d_backward_vmap(info, in_dims, grad_output, input, grid, *modes_and_mask):
     tensors = _dispatch.fold_into_n(info.batch_size, in_dims, (grad_output, input, grid))
     return _dispatch.unfold_n(grid_sampler_3d_backward(*tensors, *modes_and_mask),
-                              info.batch_size)
-
-
-@_dispatch.register_vmap(grid_sampler_3d_backward_jvp)
-def _grid_sampler_3d_backward_jvp_vmap(info, in_dims, grad_output, input, grid, grid_tangent,
-                                       *modes_and_mask):
-    tensors = _dispatch.fold_into_n(info.batch_size, in_dims,
-                                    (grad_output, input, grid, grid_tangent))
-    return _dispatch.unfold_n(grid_sampler_3d_backward_jvp(*tensors, *modes_and_mask),
                               info.batch_size)
 
 
@@ -373,15 +219,6 @@ def _backward_op(grad_output, input, grid, *modes_and_mask):
                           grid, *modes_and_mask)
 
 
-def _grid_jvp(input, grid, tangent, *modes):
-    return _dispatch.call(_GridJvp, grid_sampler_3d_jvp, input, grid, tangent, *modes)
-
-
-def _backward_grid_jvp(grad_output, input, grid, tangent, *modes_and_mask):
-    return _dispatch.call(_BackwardJvp, grid_sampler_3d_backward_jvp, grad_output, input, grid,
-                          tangent, *modes_and_mask)
-
-
 class _GridSampler3d(_dispatch.Function):
     generate_vmap_rule = True
 
@@ -412,7 +249,7 @@ class _GridSampler3d(_dispatch.Function):
         if input_tangent is not None:
             out = _forward(input_tangent, grid, *ctx.modes)
         if grid_tangent is not None:
-            out = _add(out, _grid_jvp(input, grid, grid_tangent, *ctx.modes))
+            out = _add(out, _grid_jvp.grid_jvp(input, grid, grid_tangent, *ctx.modes))
         return out
 
 
@@ -449,10 +286,10 @@ class _GridSampler3dBackward(_dispatch.Function):
             if ggi is not None:
                 g_go = _forward(ggi, grid, *ctx.modes)
             if ggg is not None and smooth:
-                g_go = _add(g_go, _grid_jvp(input, grid, ggg, *ctx.modes))
+                g_go = _add(g_go, _grid_jvp.grid_jvp(input, grid, ggg, *ctx.modes))
         if ggg is not None and smooth and (want_input or want_grid):
-            g_input, g_grid = _backward_grid_jvp(grad_output, input, grid, ggg, *ctx.modes,
-                                                 [want_input, want_grid])
+            g_input, g_grid = _grid_jvp.backward_grid_jvp(grad_output, input, grid, ggg,
+                                                          *ctx.modes, [want_input, want_grid])
         if want_grid and ggi is not None and smooth:  # grad_input's own grid derivative
             g_grid = _add(g_grid, _backward_op(grad_output, ggi, grid, *ctx.modes,
                                                [False, True])[1])
@@ -472,8 +309,8 @@ class _GridSampler3dBackward(_dispatch.Function):
             grad_grid = _add(grad_grid, _backward_op(grad_output, input_tangent, grid,
                                                      *ctx.modes, [False, True])[1])
         if grid_tangent is not None and smooth:
-            gi, gg = _backward_grid_jvp(grad_output, input, grid, grid_tangent, *ctx.modes,
-                                        ctx.output_mask)
+            gi, gg = _grid_jvp.backward_grid_jvp(grad_output, input, grid, grid_tangent,
+                                                 *ctx.modes, ctx.output_mask)
             grad_input, grad_grid = _add(grad_input, gi), _add(grad_grid, gg)
         # A gradient not asked for is a non-differentiable output: its tangent is None.
         zeros = _grid_sampler_3d_backward_fake(grad_output, input, grid, *ctx.modes,
@@ -486,41 +323,8 @@ def _or_zero(tangent, empty):
     return empty.zero_() if tangent is None else tangent
 
 
-class _ThirdOrderUnsupported(_dispatch.Function):
-    """Base of the grid-direction derivative ops' Functions: their own derivatives would
-    be third derivatives of grid sampling, which volsample does not provide."""
-    generate_vmap_rule = True
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        pass
-
-    @staticmethod
-    def backward(ctx, *grads):
-        raise NotImplementedError("volsample.torch: third derivatives of grid sampling are not "
-                                  "supported (first and second derivatives are)")
-
-    @staticmethod
-    def jvp(ctx, *tangents):
-        _ThirdOrderUnsupported.backward(ctx)
-
-
-class _GridJvp(_ThirdOrderUnsupported):
-    @staticmethod
-    def forward(*args):
-        return _dispatch.below_autograd(grid_sampler_3d_jvp, *args)
-
-
-class _BackwardJvp(_ThirdOrderUnsupported):
-    @staticmethod
-    def forward(*args):
-        return _dispatch.below_autograd(grid_sampler_3d_backward_jvp, *args)
-
-
 _dispatch.set_autograd_kernels({"grid_sampler_3d": _GridSampler3d,
-                                "grid_sampler_3d_backward": _GridSampler3dBackward,
-                                "grid_sampler_3d_jvp": _GridJvp,
-                                "grid_sampler_3d_backward_jvp": _BackwardJvp})
+                                "grid_sampler_3d_backward": _GridSampler3dBackward})
 
 
 def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",

@@ -22,7 +22,7 @@ from .. import _calls, _config, _coords
 from .._cpu import warp as _cpu
 from .._tables import MODES, PADDINGS, UNITS, VOXELS
 from . import _backends, _dispatch, _memory, _operands, _wording
-from . import _grid_sample
+from . import _grid_jvp, _grid_sample
 from ._warp_call import describe as _describe, describe_backward as _describe_backward
 from ._warp_call import gradients as _gradients, read as _read
 
@@ -300,7 +300,7 @@ class _Warp3d(_dispatch.Function):
                                 ctx.modes[2], ctx.units)
         if tangent is not None:
             grid = stored_grid(input, theta, displacement, ctx.size, ctx.modes[2], ctx.units)
-            along = _grid_sample._grid_jvp(input, grid, tangent, *ctx.modes)
+            along = _grid_jvp.grid_jvp(input, grid, tangent, *ctx.modes)
             out = along if out is None else out + along
         return out
 
