@@ -114,8 +114,8 @@ def test_unknown_command_exits_with_usage():
 
 def test_standard_shapes_are_selected_by_name():
     # oasis: 4 grid sampling, 1 upsampling, the affine warp, the registration step and
-    # 4 cubic (bicubic, bspline; forward, backward)
-    for pattern, expected in (("oasis", 12), ("feature", 4), ("gib", 1)):
+    # 4 cubic (bicubic, bspline; forward, backward); sweep: 6 sizes, 2 grids, 2 directions
+    for pattern, expected in (("oasis", 12), ("feature", 4), ("gib", 1), ("sweep", 24)):
         chosen = bench.select(bench.suite(), pattern=pattern)
         assert len(chosen) == expected and all(pattern in w.name for w in chosen)
     oasis = [w.name for w in bench.select(bench.suite(), pattern="oasis")]

@@ -637,6 +637,13 @@ def suite(shrink: int = 1) -> list[Workload]:
         for mode in ("bicubic", "bspline"):
             w.append(_cubic_workload(f"grid.{short} {mode} oasis N1 C1 160x192x224", mode, oasis,
                                      direction))
+    # How the cost per point grows as the volume and its grid leave the caches: a D^3
+    # volume sampled at D^3 points, smooth and random grids, 64^3 to 256^3.
+    for direction, short in (("forward", "fwd"), ("backward", "bwd")):
+        for kind, maker in (("smooth", smooth), ("random", rand)):
+            for D in (64, 96, 128, 160, 192, 256):
+                w.append(_grid_workload(f"grid.{short} sweep {kind} N1 C1 {D}^3", 1, 1,
+                                        s(D, D, D), maker, s(D, D, D), direction))
     w.append(_grid_workload("grid.fwd gib N1 C1 512x512x1024 -> 256x256x512", 1, 1,
                             s(512, 512, 1024), smooth, s(256, 256, 512), "forward"))
     # Small calls, where the door's fixed cost shows: volumes of 8^3 to 32^3 sampled at as
