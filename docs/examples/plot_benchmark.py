@@ -42,8 +42,9 @@ print(bench.format_table(results))
 # %%
 # volsample's speed-up
 # --------------------
-# Peer time over volsample time, on a log axis (the ratios run from below 1 to
-# hundreds): above 1, volsample is faster. ``volsample bench --plot FILE.png`` draws
-# the same chart for a run of your own.
+# Each other implementation's time over volsample's, on log axes (the ratios run from
+# about 1 to hundreds): above 1, volsample is faster. On top, PyTorch per operator
+# family; below, each other library; a dot per workload, a bar to the median.
+# ``volsample bench --plot FILE.png`` draws the same charts for a run of your own.
 fig = bench.plot(results)
 plt.show()
