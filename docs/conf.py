@@ -179,6 +179,8 @@ html_theme_options = {
     "secondary_sidebar_items": ["page-toc"],
 }
 html_show_sourcelink = False
+html_static_path = ["_static"]
+html_css_files = ["performance.css"]  # the performance page's tables of figures
 # The guide's pages have no subpages: no left column (its "Section Navigation" would be
 # empty), so their wide tables get the room. The API and the gallery keep theirs.
 html_sidebars = {"*": []}

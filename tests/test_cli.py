@@ -324,5 +324,5 @@ def test_run_reports_the_spread_of_the_per_round_ratios():
     assert theirs.rounds == 7
     low, high = theirs.ratio_iqr
     assert 1 < low <= high  # about 2, more where a busy machine wakes the sleeps late
-    assert bench._ratio_cell(theirs) == (f"{bench._figure(theirs.ratio)}x "
-                                         f"({bench._figure(low)}-{bench._figure(high)})")
+    assert bench._ratio_cell(theirs) == f"{bench._figure(theirs.ratio)}x ({bench._spread(low, high)})"
+    assert bench._spread(6.81, 7.34) == "6.8-7.3" and bench._spread(15.66, 15.82) == "15.7-15.8"

@@ -911,15 +911,23 @@ def _load(value) -> str:
 
 
 def _ratio_cell(result: Result) -> str:
-    """``7.02x (6.83-7.31)``: the median of the per-round ratios and their IQR; ``5.53x (1
+    """``7.02x (6.8-7.3)``: the median of the per-round ratios and their IQR; ``5.53x (1
     round)`` where too few rounds were paired for an IQR."""
     assert result.ratio is not None  # a peer's result
     if result.ratio_iqr is None:
         if result.rounds is not None and result.rounds < MIN_SPREAD_ROUNDS:
             return f"{_figure(result.ratio)}x ({result.rounds} round{'s' * (result.rounds > 1)})"
         return f"{_figure(result.ratio)}x"
-    low, high = result.ratio_iqr
-    return f"{_figure(result.ratio)}x ({_figure(low)}-{_figure(high)})"
+    return f"{_figure(result.ratio)}x ({_spread(*result.ratio_iqr)})"
+
+
+def _spread(low: float, high: float) -> str:
+    """``6.8-7.3``: two significant digits, three where two would not tell them apart."""
+    for digits in (2, 3):
+        text = f"{_figure(low, digits)}-{_figure(high, digits)}"
+        if _figure(low, digits) != _figure(high, digits):
+            break
+    return text
 
 
 def short_ratio(ratio: float) -> str:
