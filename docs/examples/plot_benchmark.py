@@ -4,9 +4,9 @@ Benchmark against PyTorch, SciPy, volresample and SimpleITK
 
 ``volsample bench`` times volsample's operators against their peers on the same inputs.
 This page plots the recorded run, ``benchmarks/results/cpu.json``, the same file
-README's table is drawn from: nothing is timed while this site is built, so the figures
-here are that run's, on the machine and at the date it names. The table with every
-workload is on the :doc:`performance page <../performance>`.
+README's and the :doc:`performance page <../performance>`'s figures are drawn from:
+nothing is timed while this site is built, so the figures here are that run's, on the
+machine and at the date it names. The performance page has a table per operator family.
 """
 
 from pathlib import Path

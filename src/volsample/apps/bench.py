@@ -826,7 +826,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.3g} s" if seconds >= 1 else f"{_figure(seconds * 1e3)} ms"
 
 
-def recorded_line(meta: dict, results) -> str:
+def recorded_line(meta: dict, results: list[Result]) -> str:
     """How a recorded run (``read_json``) was taken, as one sentence: the date, the command,
     the machine, the threads, every version, the load average."""
     m = meta["machine"]
@@ -872,7 +872,7 @@ def markdown_report(meta: dict, results) -> str:
 MAX_COLUMNS = 7  # a table of a family, readable at 1280 px
 
 
-def markdown_families(results, heading: str = "###") -> str:
+def markdown_families(results: list[Result], heading: str = "###") -> str:
     """A recorded run as one table per operator family (``FAMILIES``), each under a
     ``heading`` with what its rows time, each of at most ``MAX_COLUMNS`` columns: the
     workload, volsample's median time, each peer's time over volsample's (five peers at
@@ -1020,6 +1020,7 @@ FAMILIES = (
      "forward and backward beside it"),
 )
 _FAMILY_TITLES = {key: title for key, title, _ in FAMILIES}
+CHART_WIDTH = 8.5  # inches: 850 px at 100 dpi, the width of the documentation's column
 # Okabe and Ito's colour-blind-safe palette (yellow last: faint on white)
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#000000",
            "#F0E442")
@@ -1037,7 +1038,7 @@ def family_title(key: str) -> str:
     return _FAMILY_TITLES.get(key, key)
 
 
-def by_family(results) -> dict[str, list[str]]:
+def by_family(results: list[Result]) -> dict[str, list[str]]:
     """{family: its workloads in report order}, the families in ``FAMILIES``' order."""
     order = [key for key, _, _ in FAMILIES]
     grouped: dict[str, list[str]] = {}
@@ -1076,14 +1077,17 @@ def _ratio_rows(ax, rows, xlabel):
         ax.scatter(ratios, k + spread, s=42, color=colour, edgecolor="black", linewidth=0.6,
                    zorder=3)
         ax.text(max(ratios.max(), median) * 1.15, k,
-                f"median {short_ratio(median)}  ({len(ratios)} workload"
+                f"median {short_ratio(median)} ({len(ratios)} workload"
                 f"{'s' * (len(ratios) > 1)})", va="center", fontsize=11)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xscale("log")
-    ax.set_xlim(min(low, 1.0) / 1.6, high * 9)
-    decades = np.log10(high * 9) - np.log10(min(low, 1.0) / 1.6)
-    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0) if decades < 3.5
-                                          else (1.0, 3.0)))
+    # room right of the highest dot for its row's label: about 40% of the axis' width
+    left, label = np.log10(min(low, 1.0) / 1.6), np.log10(high * 1.15)
+    right = (label - 0.4 * left) / 0.6
+    ax.set_xlim(10 ** left, 10 ** right)
+    decades = right - left
+    subs = (1.0, 2.0, 5.0) if decades < 3.5 else (1.0, 3.0) if decades < 4.5 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}x"))
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_yticks(range(len(rows)), [title for title, _, _ in rows], fontsize=12)
@@ -1119,7 +1123,7 @@ def _against_others_rows(results):
     return rows
 
 
-def plot_against_pytorch(results, ax=None):
+def plot_against_pytorch(results: list[Result], ax=None):
     """The speed-up against PyTorch per operator family (``FAMILIES``): PyTorch's time over
     volsample's, one dot per workload, a bar to the family's median, on a log axis. The
     matplotlib figure."""
@@ -1127,19 +1131,19 @@ def plot_against_pytorch(results, ax=None):
 
     rows = _against_pytorch_rows(results)
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.55 * len(rows) + 1.3), layout="constrained")
+        _, ax = plt.subplots(figsize=(CHART_WIDTH, 0.55 * len(rows) + 1.3), layout="constrained")
     _ratio_rows(ax, rows, "PyTorch's time / volsample's (above 1: volsample is faster)")
     return ax.figure
 
 
-def plot_against_others(results, ax=None):
+def plot_against_others(results: list[Result], ax=None):
     """The speed-up against each library other than PyTorch (SciPy, volresample, SimpleITK,
     torch-interpol, affiners, JAX: those in ``results``), drawn as ``plot_against_pytorch``."""
     import matplotlib.pyplot as plt
 
     rows = _against_others_rows(results)
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.55 * len(rows) + 1.3), layout="constrained")
+        _, ax = plt.subplots(figsize=(CHART_WIDTH, 0.55 * len(rows) + 1.3), layout="constrained")
     _ratio_rows(ax, rows, "the library's time / volsample's (above 1: volsample is faster)")
     return ax.figure
 
@@ -1154,7 +1158,7 @@ def plot(results):
                                               (plot_against_others, _against_others_rows(results)))
               if rows]
     heights = [0.55 * len(rows) + 1.3 for _, rows in charts] or [1.0]
-    fig, axes = plt.subplots(len(heights), 1, figsize=(10, sum(heights)),
+    fig, axes = plt.subplots(len(heights), 1, figsize=(CHART_WIDTH, sum(heights)),
                              height_ratios=heights, layout="constrained", squeeze=False)
     for (draw, _), ax in zip(charts, axes[:, 0]):
         draw(results, ax)

@@ -483,7 +483,7 @@ def main(scale: int, threads: int, repeats: int = 1, json_path: str | None = Non
     return 0
 
 
-def write_json(path, results: Sequence[ToolResult], scale: int, threads: int,
+def write_json(path: str | os.PathLike, results: Sequence[ToolResult], scale: int, threads: int,
                versions: dict, command: str, load_before: float | None = None) -> None:
     """The runs and how they were taken (the date, the command, the pair's scale, the
     threads, the tools' versions, the 1-minute load average at the end)."""
@@ -499,7 +499,7 @@ def write_json(path, results: Sequence[ToolResult], scale: int, threads: int,
         f.write("\n")
 
 
-def read_json(path) -> tuple[dict, list[ToolResult]]:
+def read_json(path: str | os.PathLike) -> tuple[dict, list[ToolResult]]:
     """A file ``write_json`` wrote: (everything but the runs, the ``ToolResult`` list)."""
     with open(path) as f:
         payload = json.load(f)
@@ -512,21 +512,21 @@ TOOL_TITLES = {"volsample": "volsample register", "ants-syn": "ANTs SyN",
                "before": "the headers' alignment"}
 
 
-def plot(results: Sequence[ToolResult]):
+def plot(results: Sequence[ToolResult]) -> Any:
     """Mean Dice and the error in the brain against wall time (log axis), a point per tool
     (the medians of its runs; a peer's registration call alone as an open marker beside its
     whole run), the headers' alignment as a dashed line. The matplotlib figure."""
     import matplotlib.pyplot as plt
 
-    from .bench import PALETTE
+    from .bench import CHART_WIDTH, PALETTE
 
     rows: dict[str, list[ToolResult]] = {}
     for r in results:
         rows.setdefault(r.tool, []).append(r)
     median = lambda values: float(np.median(values))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(CHART_WIDTH, 4.2), layout="constrained")
     for ax, (what, score) in zip(axes, (
-            ("mean Dice (grey and white matter; higher is better)",
+            ("mean Dice, grey and white matter (higher is better)",
              lambda r: float(np.mean(list(r.dice.values())))),
             ("error in the brain, mm (lower is better)", lambda r: r.error_mm))):
         for k, (tool, runs) in enumerate(rows.items()):
@@ -555,7 +555,7 @@ def plot(results: Sequence[ToolResult]):
         ax.set_xlim(min(walls) / 2.5, max(walls) * 2.5)
         ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:g} s"))
         ax.set_xlabel("wall time (log; lower is better)", fontsize=12)
-        ax.set_title(what, fontsize=12)
+        ax.set_title(what, fontsize=11)
         ax.tick_params(labelsize=11)
         ax.grid(color="0.9", linewidth=0.8)
         ax.margins(y=0.25)
