@@ -17,5 +17,5 @@ if __name__ == "__main__":
     bench.add_bench_arguments(parser)
     args = parser.parse_args()
     if args.threads is None:
-        args.threads = 2  # the reference machine of README's table
+        args.threads = 2  # the reference machine of the recorded run (benchmarks/results/cpu.json)
     sys.exit(bench.run_bench(args))

@@ -1,33 +1,260 @@
-"""README's performance table, drawn from the recorded benchmark run.
+"""Every figure the documents quote from the recorded benchmark runs, drawn from them.
 
     python benchmarks/figures.py --record   # run the full suite on 2 threads, record it in
-                                            # benchmarks/results/cpu.json, redraw README
-    python benchmarks/figures.py            # redraw README's table from the recorded file
-    python benchmarks/figures.py --check    # exit 1 where README's table is not the file's
+                                            # benchmarks/results/cpu.json, redraw
+    python benchmarks/figures.py            # redraw README's and docs/*.md's figures
+    python benchmarks/figures.py --check    # exit 1 where a document's figures are not drawn
+                                            # from the records
+    python benchmarks/figures.py --charts DIR   # write the performance page's charts (PNG)
 
-The recorded file is the one source of the figures: README's table (between the markers
-below) and the documentation's benchmark page (docs/examples/plot_benchmark.py) are drawn
-from it. A new workload in ``volsample.apps.bench.suite()`` appears in both after ``--record``.
+The recorded files are the one source of the figures: ``benchmarks/results/cpu.json``
+(``volsample bench --json FILE``) and ``benchmarks/results/register.json`` (``volsample
+bench --register --json FILE``). Every table or sentence of README.md and docs/*.md that
+quotes them sits between two markers,
+
+    <!-- figures: NAME (drawn by benchmarks/figures.py) -->
+    ...
+    <!-- end of figures: NAME -->
+
+and is drawn by ``BLOCKS[NAME]``; the documentation build draws the charts with
+``write_charts`` (docs/conf.py), and the gallery's benchmark page plots the same file. A
+new workload in ``volsample.apps.bench.suite()`` appears in all of them after ``--record``.
 """
+from __future__ import annotations
+
 import argparse
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from volsample.apps import bench
+import numpy as np
+
+from volsample.apps import bench, bench_register
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORDED = ROOT / "benchmarks" / "results" / "cpu.json"
+RESULTS = ROOT / "benchmarks" / "results"
+RECORDED = RESULTS / "cpu.json"
+REGISTER = RESULTS / "register.json"
 README = ROOT / "README.md"
-BEGIN = "<!-- benchmark table: drawn by benchmarks/figures.py from benchmarks/results/cpu.json -->"
-END = "<!-- end of benchmark table -->"
+BEGIN = "<!-- figures: {} (drawn by benchmarks/figures.py) -->"
+END = "<!-- end of figures: {} -->"
+_BLOCK = re.compile(r"<!-- figures: ([\w-]+) \(drawn by benchmarks/figures\.py\) -->\n"
+                    r"(.*?)<!-- end of figures: \1 -->", re.S)
 
 
-def drawn(readme: str, recorded: Path = RECORDED) -> str:
-    """``readme`` with the text between the markers drawn from ``recorded``."""
-    start, stop = readme.index(BEGIN) + len(BEGIN), readme.index(END)
-    table = bench.markdown_report(*bench.read_json(recorded))
-    return readme[:start] + "\n\n" + table + "\n\n" + readme[stop:]
+def documents() -> list[Path]:
+    """The files whose figures are drawn: README.md and the documentation's pages."""
+    return [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+class Records:
+    """The recorded runs: the bench harness's (``meta``, ``results``: ``bench.Result``) and
+    the registration benchmark's (``register_meta``, ``register``: ``ToolResult``)."""
+
+    def __init__(self, meta: dict, results: list, register_meta: dict, register: list):
+        self.meta, self.results = meta, results
+        self.register_meta, self.register = register_meta, register
+
+    @classmethod
+    def read(cls, cpu: Path = RECORDED, register: Path = REGISTER) -> Records:
+        return cls(*bench.read_json(cpu), *bench_register.read_json(register))
+
+    def result(self, workload: str, implementation: str = "volsample"):
+        return next(r for r in self.results
+                    if r.workload == workload and r.implementation == implementation)
+
+    def ratio(self, workload: str, peer: str) -> float:
+        """The peer's time over volsample's (the median of the rounds' ratios)."""
+        return self.result(workload, peer).ratio
+
+    def tool(self, name: str):
+        """The median of a registration tool's runs, as one ToolResult."""
+        runs = [r for r in self.register if r.tool == name]
+        median = lambda values: float(np.median(values))
+        calls = [r.registration_s for r in runs if r.registration_s is not None]
+        return bench_register.ToolResult(
+            name, median([r.wall_s for r in runs]), median([r.cpu_s for r in runs]),
+            median(calls) if calls else None, median([r.peak_mb for r in runs]),
+            {k: median([r.dice[k] for r in runs]) for k in runs[0].dice},
+            median([r.error_mm for r in runs]))
+
+
+_x = bench.short_ratio
+
+
+def _times(ratio: float) -> str:
+    """A ratio below 1 as the time it takes ("3.5x the time")."""
+    return f"{1 / ratio:.1f}x"
+
+
+def _recorded(rec: Records) -> str:
+    m = rec.meta["machine"]
+    return f"{rec.meta['recorded'][:10]}, {m['cpu']}, {m['threads']} threads for every implementation"
+
+
+def _mean_dice(tool) -> float:
+    # rounded half up at the 3 digits shown (0.9295 -> 0.930), not by the float's binary value
+    return float(np.mean(list(tool.dice.values()))) + 1e-9
+
+
+# -- the blocks ------------------------------------------------------------------------
+
+
+def summary(rec: Records) -> str:
+    """README's headline: PyTorch's time over volsample's per operator family, and the
+    registration against ANTs."""
+    pytorch = [r for r in rec.results if r.implementation == "pytorch"]
+    lines = [f"On the recorded run ({_recorded(rec)}; `benchmarks/results/cpu.json`), "
+             "PyTorch's CPU kernels took this many times volsample's time:", "",
+             "| operator family | workloads | PyTorch's time / volsample's: median (range) |",
+             "|---|---:|---:|"]
+    for key, names in bench.by_family(pytorch).items():
+        ratios = [r.ratio for r in pytorch if r.workload in names]
+        lines.append(f"| {bench.family_title(key)} | {len(ratios)} | {_x(np.median(ratios))} "
+                     f"({_x(min(ratios))} to {_x(max(ratios))}) |")
+    ours, ants = rec.tool("volsample"), rec.tool("ants-syn")
+    lines += ["", f"`volsample register` aligned the MNI152 template to its known deformation "
+              f"(1 mm, `benchmarks/results/register.json`) to a mean Dice of "
+              f"{_mean_dice(ours):.3f} and an error of {ours.error_mm:.2f} mm in {ours.wall_s:.1f} s, "
+              f"NIfTI files read and written; ANTs SyN's registration call alone took "
+              f"{ants.registration_s:.1f} s for {_mean_dice(ants):.3f} and {ants.error_mm:.2f} mm."]
+    return "\n".join(lines)
+
+
+def tables(rec: Records) -> str:
+    """The performance page's tables, one per operator family."""
+    return bench.recorded_line(rec.meta, rec.results) + "\n\n" + bench.markdown_families(
+        rec.results)
+
+
+def register_table(rec: Records) -> str:
+    """The registration benchmark's table and its ratios."""
+    m = rec.register_meta
+    before, ours, ants = rec.tool("before"), rec.tool("volsample"), rec.tool("ants-syn")
+    dice = lambda t: " / ".join(f"{t.dice[k]:.3f}" for k in bench_register.LABELS)
+    return "\n".join([
+        f"Recorded {m['recorded'][:10]} by `{m['command']}`, {m['threads']} threads each: "
+        f"{m['note']}.", "",
+        "| 1 mm pair | wall (CPU) | peak memory | Dice grey / white (mean) | error in the brain |",
+        "|---|---:|---:|---:|---:|",
+        f"| before (the headers' alignment) | | | {dice(before)} ({_mean_dice(before):.3f}) | "
+        f"{before.error_mm:.2f} mm |",
+        f"| `volsample register` {m['versions']['volsample']} (defaults, NIfTI I/O included) | "
+        f"**{ours.wall_s:.1f} s** ({ours.cpu_s:.1f} s) | **{ours.peak_mb:.0f} MB** | "
+        f"{dice(ours)} (**{_mean_dice(ours):.3f}**) | **{ours.error_mm:.2f} mm** |",
+        f"| ANTsPy {m['versions']['ants-syn']} `registration(type_of_transform=\"SyN\")` | "
+        f"{ants.wall_s:.1f} s, its call {ants.registration_s:.1f} s ({ants.cpu_s:.1f} s) | "
+        f"{ants.peak_mb:.0f} MB | {dice(ants)} ({_mean_dice(ants):.3f}) | "
+        f"{ants.error_mm:.2f} mm |", "",
+        f"`volsample register`, reading and writing its NIfTI files, took "
+        f"{ants.registration_s / ours.wall_s:.1f}x less wall time than ANTs' registration call "
+        f"alone ({ants.wall_s / ours.wall_s:.1f}x less than ANTs' whole run) and "
+        f"{ants.cpu_s / ours.cpu_s:.1f}x less CPU time."])
+
+
+def cubic(rec: Records) -> str:
+    name = "grid.{} {} oasis N1 C1 160x192x224"
+    r = lambda d, mode, peer: rec.ratio(name.format(d, mode), peer)
+    return (f"In the recorded run the bicubic and B-spline forwards took "
+            f"{_times(r('fwd', 'bicubic', 'volsample-trilinear'))} and "
+            f"{_times(r('fwd', 'bspline', 'volsample-trilinear'))} the trilinear kernel's time "
+            f"and ran {_x(r('fwd', 'bicubic', 'scipy'))} and {_x(r('fwd', 'bspline', 'scipy'))} "
+            f"as fast as SciPy's; the backwards took "
+            f"{_times(r('bwd', 'bicubic', 'volsample-trilinear'))} and "
+            f"{_times(r('bwd', 'bspline', 'volsample-trilinear'))} the trilinear backward's time.")
+
+
+def labels(rec: Records) -> str:
+    ours = rec.result("grid.fwd oasis labels N1 C36 160x192x224")
+    return (f"The recorded run's median for this row is {bench._duration(ours.median_s)} "
+            f"(its first call {bench._duration(ours.first_call_s)}): read it as the state of "
+            f"the machine's memory as much as the kernel's.")
+
+
+def warp(rec: Records) -> str:
+    name = "warp.fwd affine oasis N1 C1 160x192x224"
+    cell = lambda peer: bench._ratio_cell(rec.result(name, peer))
+    return (f"In the recorded run the affine warp took "
+            f"{bench._duration(rec.result(name).median_s)}; volsample's grid sampler on the "
+            f"formed grid took {cell('volsample-grid')} its time, PyTorch {cell('pytorch')}, "
+            f"affiners {cell('affiners')} (in brackets: the interquartile range over the "
+            f"rounds).")
+
+
+def warp_step(rec: Records) -> str:
+    name = "warp.step oasis N1 C1 160x192x224"
+    return (f"In the recorded run `warp` then `F.mse_loss` took "
+            f"{bench._figure(rec.ratio(name, 'volsample-warp'))}x `warp_mse_loss`'s time "
+            f"(`warp.step oasis`, {bench._duration(rec.result(name).median_s)}).")
+
+
+def door(rec: Records) -> str:
+    """What volsample.torch adds to the NumPy API on the small calls, and patch() to it."""
+    small = [r.workload for r in rec.results
+             if r.workload.startswith("small.") and r.implementation == "volsample-numpy"]
+    us = lambda name, impl: rec.result(name, impl).median_s * 1e6
+    gap = lambda names, a, b: [us(n, a) - us(n, b) for n in names]
+    span = lambda values: f"{min(values):+.1f} to {max(values):+.1f} us"
+    forwards = [n for n in small if n.startswith("small.fwd ")]
+    steps = [n for n in small if n.startswith("small.fwd+bwd ")]
+    return (f"In the recorded run the door (volsample.torch's time minus the NumPy API's on "
+            f"the same call) was {span(gap(forwards, 'volsample', 'volsample-numpy'))} on the "
+            f"forwards and {span(gap(steps, 'volsample', 'volsample-numpy'))} on the forward "
+            f"and backward steps; `F.grid_sample` under `patch()` took "
+            f"{span(gap(small, 'volsample-patch', 'volsample'))} beside volsample.torch's own "
+            f"call.")
+
+
+BLOCKS: dict[str, Callable[[Records], str]] = {
+    "summary": summary, "tables": tables, "register": register_table, "cubic": cubic,
+    "labels": labels, "warp": warp, "warp-step": warp_step, "door": door}
+
+
+def drawn(text: str, records: Records | None = None) -> str:
+    """``text`` with every block between the markers drawn from ``records`` (by default
+    the recorded files)."""
+    records = records or Records.read()
+
+    def draw(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in BLOCKS:
+            raise KeyError(f"no figures named {name!r}: one of {', '.join(BLOCKS)}")
+        return f"{BEGIN.format(name)}\n{BLOCKS[name](records)}\n{END.format(name)}"
+
+    return _BLOCK.sub(draw, text)
+
+
+def blocks(text: str) -> list[str]:
+    """The names of the blocks in ``text``, in order."""
+    return [m.group(1) for m in _BLOCK.finditer(text)]
+
+
+# -- the charts --------------------------------------------------------------------------
+
+CHARTS = {"against-pytorch.png": lambda rec: bench.plot_against_pytorch(rec.results),
+          "against-others.png": lambda rec: bench.plot_against_others(rec.results),
+          "registration.png": lambda rec: bench_register.plot(rec.register)}
+
+
+def write_charts(folder: Path, records: Records | None = None) -> list[Path]:
+    """The performance page's charts, drawn from the records, as PNGs in ``folder``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = records or Records.read()
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, draw in CHARTS.items():
+        fig = draw(records)
+        fig.savefig(folder / name, dpi=100)
+        plt.close(fig)
+        written.append(folder / name)
+    return written
 
 
 def main() -> int:
@@ -35,19 +262,29 @@ def main() -> int:
     parser.add_argument("--record", action="store_true",
                         help="run the full suite first (2 threads; tens of minutes)")
     parser.add_argument("--check", action="store_true",
-                        help="only check that README's table is the recorded file's")
+                        help="only check that the documents' figures are the records'")
+    parser.add_argument("--charts", metavar="DIR", help="only write the charts into DIR")
     args = parser.parse_args()
+    if args.charts:
+        for path in write_charts(Path(args.charts)):
+            print(path)
+        return 0
     if args.record:
         subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cpu.py"), "--threads", "2",
                         "--json", str(RECORDED.relative_to(ROOT))], check=True, cwd=ROOT)
-    readme = README.read_text()
-    if args.check:
-        if drawn(readme) != readme:
-            print("README's benchmark table differs from benchmarks/results/cpu.json: run "
-                  "python benchmarks/figures.py", file=sys.stderr)
-            return 1
-        return 0
-    README.write_text(drawn(readme))
+    records = Records.read()
+    stale = []
+    for path in documents():
+        text = path.read_text()
+        if drawn(text, records) != text:
+            stale.append(path)
+            if not args.check:
+                path.write_text(drawn(text, records))
+    if args.check and stale:
+        print("figures differ from benchmarks/results/ in "
+              + ", ".join(str(p.relative_to(ROOT)) for p in stale)
+              + ": run python benchmarks/figures.py", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -16,6 +16,7 @@ sections are read by MyST; the gallery (``docs/examples/plot_*.py``) runs at bui
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from pathlib import Path
 
 import volsample
@@ -137,10 +138,22 @@ def _write_api_pages(app, config) -> None:
             path.write_text(text)
 
 
+def _write_charts(app, config) -> None:
+    """The performance page's charts (docs/charts/*.png), drawn from the recorded runs in
+    benchmarks/results/ by benchmarks/figures.py, the script that draws the documents'
+    figures from them."""
+    root = Path(app.srcdir).parent
+    spec = importlib.util.spec_from_file_location("figures", root / "benchmarks" / "figures.py")
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    figures.write_charts(Path(app.srcdir) / "charts")
+
+
 def setup(app):
     # Before Sphinx looks for source files (and autosummary writes the stub pages of what
     # these pages list).
     app.connect("config-inited", _write_api_pages)
+    app.connect("config-inited", _write_charts)
 
 
 # -- Gallery: examples that run at build time and draw their figures -------------------
@@ -166,6 +179,8 @@ html_theme_options = {
     "secondary_sidebar_items": ["page-toc"],
 }
 html_show_sourcelink = False
+html_static_path = ["_static"]
+html_css_files = ["performance.css"]  # the performance page's tables of figures
 # The guide's pages have no subpages: no left column (its "Section Navigation" would be
 # empty), so their wide tables get the room. The API and the gallery keep theirs.
 html_sidebars = {"*": []}

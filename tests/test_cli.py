@@ -54,12 +54,14 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
     assert {r["workload"] for r in rows} == set(quick)
     for r in rows:
         assert set(r) == {"workload", "implementation", "median_s", "first_call_s", "repeats",
-                          "bandwidth_fraction", "ratio", "ratio_iqr"}
+                          "bandwidth_fraction", "ratio", "ratio_iqr", "rounds"}
         assert r["median_s"] > 0
         if r["implementation"] in ("volsample", "pytorch"):  # a peer's erratic call may
             assert r["repeats"] >= bench.QUICK_LIMITS["min_repeats"]  # reach max_seconds
         assert (r["ratio"] is None) == (r["implementation"] == "volsample")
-        assert (r["ratio_iqr"] is None) == (r["implementation"] == "volsample")
+        assert (r["rounds"] is None) == (r["implementation"] == "volsample")
+        assert (r["ratio_iqr"] is None) == (r["implementation"] == "volsample"
+                                            or r["rounds"] < bench.MIN_SPREAD_ROUNDS)
         if r["ratio_iqr"]:
             assert 0 < r["ratio_iqr"][0] <= r["ratio_iqr"][1]
     # the spread is shown beside each ratio: "1.35x (1.2-1.5)"
@@ -83,6 +85,32 @@ def test_bench_filter_and_no_match(capsys):
     assert cli.main(["bench", "--no-progress", "--filter", "nosuch"]) == 2
     assert capsys.readouterr().err == ("volsample bench: error: --filter: no workload matches "
                                        "'nosuch'\n")
+
+
+def test_run_reports_no_spread_from_fewer_than_four_rounds():
+    # a slow peer stopped after one round: its ratio, and the rounds instead of an IQR
+    slow = bench.Workload("slow", lambda: {"volsample": lambda: None, "pytorch": lambda: None}, 1)
+    (ours, theirs) = bench.run([slow], threads=1, progress=False,
+                               limits=dict(min_repeats=1, min_seconds=0.0, max_repeats=1))
+    assert theirs.rounds == 1 and theirs.ratio is not None and theirs.ratio_iqr is None
+    assert bench._ratio_cell(theirs) == f"{bench._figure(theirs.ratio)}x (1 round)"
+    assert "(1 round)" in bench.markdown_report(
+        {"recorded": "2026-01-01T00:00:00Z", "command": "volsample bench",
+         "load_average": {"before": None, "after": None},
+         "machine": {"volsample": "0", "cpu": "cpu", "logical_cpus": 2, "isa": "scalar",
+                     "threads": 1, "python": "3", "numpy": "2",
+                     "peers": {"pytorch": torch.__version__}}}, [ours, theirs])
+
+
+def test_plot_draws_any_subset_of_families(tmp_path):
+    results = [bench.Result(name, impl, 1e-3, 1e-3, 5, 0.5, ratio, (ratio, ratio) if ratio else None, 5 if ratio else None)
+               for name in ("grid.fwd tiny N1 C2 12^3", "warp.fwd affine tiny N1 C2 12^3")
+               for impl, ratio in (("volsample", None), ("pytorch", 3.0))]
+    bench.write_plot(tmp_path / "one.png", results)  # no other library: one chart
+    assert (tmp_path / "one.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fig = bench.plot(results + [bench.Result("grid.fwd tiny N1 C2 12^3", "scipy", 1e-3, 1e-3, 5, 0.5,
+                                             20.0, (19.0, 21.0), 5)])
+    assert [len(ax.get_yticks()) for ax in fig.axes] == [2, 1]  # two families; SciPy
 
 
 def test_full_suite_names_are_unique_and_quick_is_small():
@@ -293,7 +321,8 @@ def test_run_reports_the_spread_of_the_per_round_ratios():
     (ours, theirs) = bench.run([steady], threads=1, progress=False,
                                limits=dict(min_repeats=7, min_seconds=0.0, max_repeats=7))
     assert ours.ratio is None and ours.ratio_iqr is None and theirs.repeats == 7
+    assert theirs.rounds == 7
     low, high = theirs.ratio_iqr
     assert 1 < low <= high  # about 2, more where a busy machine wakes the sleeps late
-    assert bench._ratio_cell(theirs) == (f"{bench._figure(theirs.ratio)}x "
-                                         f"({bench._figure(low, 2)}-{bench._figure(high, 2)})")
+    assert bench._ratio_cell(theirs) == f"{bench._figure(theirs.ratio)}x ({bench._spread(low, high)})"
+    assert bench._spread(6.81, 7.34) == "6.8-7.3" and bench._spread(15.66, 15.82) == "15.7-15.8"

@@ -1,10 +1,13 @@
-"""One source of figures: README's benchmark table and the gallery's benchmark page are
-drawn from the recorded run (benchmarks/results/cpu.json); the gallery's examples run
-what exists and hide no error. These read the source tree and skip without it."""
+"""One source of figures: every figure README and docs/*.md quote from the recorded runs
+(benchmarks/results/cpu.json, register.json) is drawn from them by benchmarks/figures.py,
+as are the performance page's charts and the gallery's benchmark page; the gallery's
+examples run what exists and hide no error. These read the source tree and skip without
+it."""
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import runpy
 from pathlib import Path
 
@@ -27,26 +30,120 @@ def _figures():
     return module
 
 
-def test_readme_table_is_the_recorded_run():
+def test_documents_figures_are_the_records():
+    # README's and the pages' tables and sentences that quote the records are drawn from
+    # them (python benchmarks/figures.py), and every block has a drawing
     figures = _figures()
+    records = figures.Records.read()
+    names = []
+    for path in figures.documents():
+        text = path.read_text()
+        starts = re.findall(r"^<!-- figures: ", text, re.M)
+        ends = re.findall(r"^<!-- end of figures: ", text, re.M)
+        assert len(starts) == len(ends) == len(figures.blocks(text)), \
+            f"{path.name}: unpaired markers"
+        names += figures.blocks(text)
+        assert figures.drawn(text, records) == text, f"{path.name}: run python benchmarks/figures.py"
+    assert sorted(names) == sorted(figures.BLOCKS)  # each block once, none unused
+    assert "summary" in figures.blocks((ROOT / "README.md").read_text())
+    assert "tables" in figures.blocks((ROOT / "docs" / "performance.md").read_text())
+
+
+def test_a_changed_number_in_a_document_fails_the_check():
+    # The check can fail: any digit changed inside any drawn block is found.
+    figures = _figures()
+    records = figures.Records.read()
+    for path in figures.documents():
+        text = path.read_text()
+        for match in figures._BLOCK.finditer(text):
+            digit = re.search(r"\d", match.group(2))
+            assert digit, f"{path.name}: block {match.group(1)} quotes no figure"
+            at = match.start(2) + digit.start()
+            changed = text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:]
+            assert figures.drawn(changed, records) != changed, (path.name, match.group(1))
+
+
+def test_a_changed_recording_changes_the_documents(tmp_path):
+    # A recorded run with another time, or a registration with another Dice, draws other
+    # figures.
+    figures = _figures()
+    payload = json.loads(RECORDED.read_text())
+    payload["results"][0]["median_s"] *= 2
+    payload["results"][1]["ratio"] *= 2  # the first workload's PyTorch ratio: the summary
+    (tmp_path / "cpu.json").write_text(json.dumps(payload))
+    register = json.loads(figures.REGISTER.read_text())
+    register["results"][1]["dice"]["1"] -= 0.1
+    (tmp_path / "register.json").write_text(json.dumps(register))
+    changed = figures.Records.read(tmp_path / "cpu.json", tmp_path / "register.json")
     readme = (ROOT / "README.md").read_text()
-    assert readme.count(figures.BEGIN) == 1 and readme.count(figures.END) == 1
-    assert figures.drawn(readme) == readme, "run: python benchmarks/figures.py"
+    page = (ROOT / "docs" / "performance.md").read_text()
+    assert figures.drawn(readme, changed) != readme
+    assert figures.drawn(page, changed) != page
+    for name in ("summary", "tables", "register"):
+        assert figures.BLOCKS[name](changed) != figures.BLOCKS[name](figures.Records.read())
+
+
+def test_family_tables_fit_the_page():
+    # At most seven columns a table, every workload in one family's table
+    meta, results = bench.read_json(RECORDED)
+    tables = bench.markdown_families(results)
+    headers = [line for line in tables.splitlines() if line.startswith("| workload")]
+    assert headers and all(line.count("|") - 1 <= bench.MAX_COLUMNS for line in headers)
+    for r in results:
+        assert f"| `{r.workload}` |" in tables
+    assert sum(f"| `{r.workload}` |" in line for line in tables.splitlines()
+               for r in results if r.implementation == "volsample") == len(
+        {r.workload for r in results})
+
+
+def test_no_spread_from_fewer_than_four_rounds():
+    # An interquartile range of one, two or three rounds is not printed: the rounds are
+    meta, results = bench.read_json(RECORDED)
+    few = [r for r in results if r.ratio is not None and r.rounds < bench.MIN_SPREAD_ROUNDS]
+    assert few  # the recorded run has such ratios (the slowest peers of the largest workloads)
+    for r in few:
+        assert r.ratio_iqr is None
+        assert bench._ratio_cell(r).endswith(f"({r.rounds} round{'s' * (r.rounds > 1)})")
+    single = next(r for r in few if r.rounds == 1)
+    tables = bench.markdown_families(results)
+    assert f"{bench._ratio_cell(single)} |" in tables and "(5.53-5.53)" not in tables
+
+
+def test_test_counts_and_run_times_are_stated_loosely():
+    # A count of tests or a suite's minutes goes stale with every test added: the documents
+    # say "several thousand tests", "about ten minutes", never "3,200 tests" or "5 minutes"
+    stated = re.compile(r"\b\d[\d,]* (?:tests|passed)\b"
+                        r"|\b(?:suite|tests)\b[^.;]{0,60}?\b\d+(?:\.\d+)? min", re.I)
+    assert stated.search("about 3,200 tests, about 5 minutes") and stated.search(
+        "The whole suite (`pytest -n 2`) takes 8 minutes")
+    for path in _figures().documents():
+        for paragraph in path.read_text().split("\n\n"):
+            found = stated.search(" ".join(paragraph.split()))
+            assert not found, f"{path.name}: {found.group(0)!r}"
 
 
 def test_every_peer_has_a_title_in_the_drawn_table():
     assert set(bench._PEER_TITLES) == set(bench.PEERS)
 
 
-def test_a_changed_recording_changes_readme(tmp_path):
-    # The check can fail: a recorded run with another time draws another table.
+def test_charts_are_drawn_from_the_records(tmp_path):
+    import matplotlib.image
+
     figures = _figures()
-    payload = json.loads(RECORDED.read_text())
-    payload["results"][0]["median_s"] *= 2
-    changed = tmp_path / "cpu.json"
-    changed.write_text(json.dumps(payload))
-    readme = (ROOT / "README.md").read_text()
-    assert figures.drawn(readme, changed) != readme
+    written = figures.write_charts(tmp_path)
+    assert [p.name for p in written] == list(figures.CHARTS)
+    for path in written:  # the column's width at 1280 px: drawn at its size, not shrunk
+        height, width = matplotlib.image.imread(path).shape[:2]
+        assert width == 100 * bench.CHART_WIDTH <= 900 and height < 900, (path.name, width, height)
+    meta, results = bench.read_json(RECORDED)
+    fig = bench.plot_against_pytorch(results)
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log"
+    families = [t.get_text() for t in ax.get_yticklabels()]
+    assert families == [bench.family_title(k) for k in bench.by_family(
+        [r for r in results if r.implementation == "pytorch"])]
+    colours = [c.get_facecolor()[0][:3] for c in ax.collections]
+    assert len({tuple(c) for c in colours}) == len(colours)  # one colour a family
 
 
 def test_recorded_run_says_how_it_was_taken():
@@ -64,7 +161,7 @@ def test_recorded_run_says_how_it_was_taken():
         {r.workload for r in results}
     for r in results:
         assert r.median_s > 0
-        if r.implementation != "volsample":
+        if r.implementation != "volsample" and r.ratio_iqr is not None:
             low, high = r.ratio_iqr
             assert 0 < low <= r.ratio <= high  # the median of the rounds' ratios, in their IQR
 
@@ -75,8 +172,8 @@ def test_gallery_benchmark_plots_the_recorded_run(monkeypatch):
     example = runpy.run_path(str(ROOT / "docs" / "examples" / "plot_benchmark.py"))
     assert Path(example["recorded"]) == RECORDED
     assert example["results"] == bench.read_json(RECORDED)[1]
-    (ax,) = example["fig"].axes
-    assert ax.get_xscale() == "log"
+    axes = example["fig"].axes
+    assert len(axes) == 2 and all(ax.get_xscale() == "log" for ax in axes)
     assert "bench.run(" not in (ROOT / "docs" / "examples" / "plot_benchmark.py").read_text()
 
 

@@ -4,9 +4,9 @@ Benchmark against PyTorch, SciPy, volresample and SimpleITK
 
 ``volsample bench`` times volsample's operators against their peers on the same inputs.
 This page plots the recorded run, ``benchmarks/results/cpu.json``, the same file
-README's table is drawn from: nothing is timed while this site is built, so the figures
-here are that run's, on the machine and at the date it names. The table with every
-workload is on the :doc:`performance page <../performance>`.
+README's and the :doc:`performance page <../performance>`'s figures are drawn from:
+nothing is timed while this site is built, so the figures here are that run's, on the
+machine and at the date it names. The performance page has a table per operator family.
 """
 
 from pathlib import Path
@@ -42,8 +42,9 @@ print(bench.format_table(results))
 # %%
 # volsample's speed-up
 # --------------------
-# Peer time over volsample time, on a log axis (the ratios run from below 1 to
-# hundreds): above 1, volsample is faster. ``volsample bench --plot FILE.png`` draws
-# the same chart for a run of your own.
+# Each other implementation's time over volsample's, on log axes (the ratios run from
+# about 1 to hundreds): above 1, volsample is faster. On top, PyTorch per operator
+# family; below, each other library; a dot per workload, a bar to the median.
+# ``volsample bench --plot FILE.png`` draws the same charts for a run of your own.
 fig = bench.plot(results)
 plt.show()

@@ -94,8 +94,11 @@ class Result:
     bandwidth_fraction: float
     ratio: float | None = None  # the median over the rounds of this peer's time / volsample's
     # The interquartile range of the ratio over the rounds (each round times volsample and
-    # this peer once, back to back): how far a ratio can be trusted on this machine.
+    # this peer once, back to back): how far a ratio can be trusted on this machine; None
+    # where fewer than MIN_SPREAD_ROUNDS rounds were paired (quartiles of one or two values
+    # say nothing).
     ratio_iqr: tuple[float, float] | None = None
+    rounds: int | None = None  # the rounds the ratio pairs (a peer's result)
 
 
 # ---------------------------------------------------------------------------------------
@@ -671,6 +674,11 @@ QUICK_LIMITS = dict(min_repeats=25, min_seconds=0.2, max_repeats=200, max_second
                     min_sample_seconds=2e-3)
 
 
+# The fewest paired rounds whose interquartile range is reported: a slow workload (seconds
+# a call) stops after ``max_seconds``, sometimes after one round.
+MIN_SPREAD_ROUNDS = 4
+
+
 def time_calls(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds=10.0):
     """{name: (first call seconds, median seconds of the later calls, repeats)} for the
     callables ``fns`` (a dict), timed in rounds (``time_rounds``)."""
@@ -776,7 +784,8 @@ def run(workloads, threads=None, peers=PEERS, progress=True, limits=None):
                 rounds = min(len(times), len(ours[1]))
                 ratios = np.divide(times[:rounds], ours[1][:rounds])
                 low, result.ratio, high = (float(q) for q in np.percentile(ratios, [25, 50, 75]))
-                result.ratio_iqr = (low, high)
+                result.rounds = rounds
+                result.ratio_iqr = (low, high) if rounds >= MIN_SPREAD_ROUNDS else None
             results.append(result)
         bar.step(workload.name)
     bar.close()
@@ -824,30 +833,41 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.3g} s" if seconds >= 1 else f"{_figure(seconds * 1e3)} ms"
 
 
-def markdown_report(meta: dict, results) -> str:
-    """A recorded run (``read_json``) as README shows it: how it was taken, then one table
-    row per workload (volsample's median time, its fraction of copy bandwidth, its first
-    call, and each peer's time over volsample's with the IQR over the rounds)."""
+def recorded_line(meta: dict, results: list[Result]) -> str:
+    """How a recorded run (``read_json``) was taken, as one sentence: the date, the command,
+    the machine, the threads, every version, the load average."""
     m = meta["machine"]
     load = meta["load_average"]
     peers = [p for p in PEERS if any(r.implementation == p for r in results)]
     versions = ", ".join(f"{_PEER_TITLES[p]} {m['peers'][p]}" for p in peers
                          if not p.startswith("volsample-"))  # volsample's own: one version
+    return (f"Recorded {meta['recorded'][:10]} by `{meta['command']}`: volsample "
+            f"{m['volsample']} on {m['cpu']} ({m['logical_cpus']} logical CPUs, {m['isa']} "
+            f"kernels), {m['threads']} threads for every implementation, Python {m['python']}, "
+            f"NumPy {m['numpy']}, {versions}. Load average (1 min) {_load(load['before'])} "
+            f"before the run and {_load(load['after'])} after.")
+
+
+def _rows_by_workload(results) -> dict[str, dict[str, Result]]:
+    by_workload: dict[str, dict[str, Result]] = {}
+    for r in results:
+        by_workload.setdefault(r.workload, {})[r.implementation] = r
+    return by_workload
+
+
+def markdown_report(meta: dict, results) -> str:
+    """A recorded run (``read_json``) in one table: how it was taken, then one row per
+    workload (volsample's median time, its fraction of copy bandwidth, its first call, and
+    each peer's time over volsample's with the IQR over the rounds)."""
+    peers = [p for p in PEERS if any(r.implementation == p for r in results)]
     lines = [
-        f"Recorded {meta['recorded'][:10]} by `{meta['command']}`: volsample {m['volsample']} "
-        f"on {m['cpu']} ({m['logical_cpus']} logical CPUs, {m['isa']} kernels), "
-        f"{m['threads']} threads for every implementation, Python {m['python']}, NumPy "
-        f"{m['numpy']}, {versions}. Load average (1 min) {_load(load['before'])} before the "
-        f"run and {_load(load['after'])} after.",
+        recorded_line(meta, results),
         "",
         "| workload | volsample | of copy bandwidth | first call | "
         + " | ".join(f"vs {_PEER_TITLES[p]}" for p in peers) + " |",
         "|---|" + "---:|" * (3 + len(peers)),
     ]
-    by_workload: dict[str, dict[str, Result]] = {}
-    for r in results:
-        by_workload.setdefault(r.workload, {})[r.implementation] = r
-    for name, row in by_workload.items():
+    for name, row in _rows_by_workload(results).items():
         ours = row["volsample"]
         cells = [f"`{name}`", _duration(ours.median_s), f"{ours.bandwidth_fraction:.0%}",
                  _duration(ours.first_call_s)]
@@ -856,17 +876,70 @@ def markdown_report(meta: dict, results) -> str:
     return "\n".join(lines)
 
 
+MAX_COLUMNS = 7  # a table of a family, readable at 1280 px
+
+
+def markdown_families(results: list[Result], heading: str = "###") -> str:
+    """A recorded run as one table per operator family (``FAMILIES``), each under a
+    ``heading`` with what its rows time, each of at most ``MAX_COLUMNS`` columns: the
+    workload, volsample's median time, each peer's time over volsample's (five peers at
+    most per table: more go into a second table), then, while there is room, volsample's
+    fraction of copy bandwidth and its first call."""
+    by_workload = _rows_by_workload(results)
+    notes = {key: note for key, _, note in FAMILIES}
+    out = []
+    for key, names in by_family(results).items():
+        out += [f"{heading} {family_title(key)[0].upper()}{family_title(key)[1:]}", ""]
+        if key in notes:
+            out += [notes[key][0].upper() + notes[key][1:] + ".", ""]
+        peers = [p for p in PEERS if any(p in by_workload[n] for n in names)]
+        for first in range(0, max(len(peers), 1), MAX_COLUMNS - 2):
+            chunk = peers[first:first + MAX_COLUMNS - 2]
+            extras = [("of copy bandwidth", lambda r: f"{r.bandwidth_fraction:.0%}"),
+                      ("first call", lambda r: _duration(r.first_call_s))]
+            extras = extras[:MAX_COLUMNS - 2 - len(chunk)]
+            out.append("| workload | volsample | " + " | ".join(
+                [f"vs {_PEER_TITLES[p]}" for p in chunk] + [title for title, _ in extras])
+                + " |")
+            out.append("|---|" + "---:|" * (1 + len(chunk) + len(extras)))
+            for name in names:
+                row = by_workload[name]
+                ours = row["volsample"]
+                cells = [f"`{name}`", _duration(ours.median_s)]
+                cells += [_ratio_cell(row[p]) if p in row else "" for p in chunk]
+                cells += [cell(ours) for _, cell in extras]
+                out.append("| " + " | ".join(cells) + " |")
+            out.append("")
+    return "\n".join(out).rstrip("\n")
+
+
 def _load(value) -> str:
     return "unknown" if value is None else f"{value:.1f}"
 
 
 def _ratio_cell(result: Result) -> str:
-    """``7.02x (6.8-7.3)``: the ratio of medians and the IQR of the per-round ratios."""
+    """``7.02x (6.8-7.3)``: the median of the per-round ratios and their IQR; ``5.53x (1
+    round)`` where too few rounds were paired for an IQR."""
     assert result.ratio is not None  # a peer's result
     if result.ratio_iqr is None:
+        if result.rounds is not None and result.rounds < MIN_SPREAD_ROUNDS:
+            return f"{_figure(result.ratio)}x ({result.rounds} round{'s' * (result.rounds > 1)})"
         return f"{_figure(result.ratio)}x"
-    low, high = result.ratio_iqr
-    return f"{_figure(result.ratio)}x ({_figure(low, 2)}-{_figure(high, 2)})"
+    return f"{_figure(result.ratio)}x ({_spread(*result.ratio_iqr)})"
+
+
+def _spread(low: float, high: float) -> str:
+    """``6.8-7.3``: two significant digits, three where two would not tell them apart."""
+    for digits in (2, 3):
+        text = f"{_figure(low, digits)}-{_figure(high, digits)}"
+        if _figure(low, digits) != _figure(high, digits):
+            break
+    return text
+
+
+def short_ratio(ratio: float) -> str:
+    """A ratio as the charts and summaries write it: ``5.8x``, ``17.2x``, ``130x``."""
+    return f"{ratio:.1f}x" if ratio < 10 else f"{_figure(ratio)}x"
 
 
 def _figure(x: float, digits: int = 3) -> str:
@@ -921,7 +994,67 @@ def read_json(path) -> tuple[dict, list[Result]]:
         payload = json.load(f)
     results = [Result(**{**r, "ratio_iqr": tuple(r["ratio_iqr"]) if r.get("ratio_iqr")
                          else None}) for r in payload.pop("results")]
+    ours = {r.workload: r for r in results if r.implementation == "volsample"}
+    for r in results:  # files written before ``rounds`` was kept: the shorter side's repeats
+        if r.ratio is not None and r.rounds is None and r.workload in ours:
+            r.rounds = min(r.repeats, ours[r.workload].repeats)
+        if r.rounds is not None and r.rounds < MIN_SPREAD_ROUNDS:
+            r.ratio_iqr = None
     return payload, results
+
+
+# Operator families, in report order: (key, title, what the family's rows time). A
+# workload's family is its name's first word, the cubic modes a family of their own; a
+# workload of a new kind is a family of its own name.
+FAMILIES = (
+    ("grid.fwd", "grid sampling, forward", "`grid_sample_3d`, trilinear"),
+    ("grid.bwd", "grid sampling, backward", "`grid_sample_3d_backward`, trilinear: both gradients"),
+    ("up.fwd", "upsampling, forward", "`upsample_trilinear_3d`"),
+    ("up.bwd", "upsampling, backward", "`upsample_trilinear_3d_backward`"),
+    ("warp", "warps",
+     "`warp_3d` at an affine map, and a registration step through `volsample.torch` "
+     "(`warp_mse_loss`: the warp, the MSE and the gradients for theta and u), against "
+     "samplers fed the grid `affine_grid(theta) + u`"),
+    ("cubic", "cubic sampling",
+     "bicubic and B-spline `grid_sample_3d` and its backward; \"volsample trilinear\" is "
+     "volsample's own trilinear sampling of the same grid (below 1: the cubic mode takes "
+     "longer)"),
+    ("small.fwd", "small calls, forward",
+     "`volsample.torch.grid_sample`, beside volsample's NumPy API and `F.grid_sample` "
+     "under `patch()` on the same tensors"),
+    ("small.fwd+bwd", "small calls, forward and backward",
+     "the forward, then `.sum().backward()`, through `volsample.torch`; the NumPy API's "
+     "forward and backward beside it"),
+)
+_FAMILY_TITLES = {key: title for key, title, _ in FAMILIES}
+CHART_WIDTH = 8.5  # inches: 850 px at 100 dpi, the width of the documentation's column
+# Okabe and Ito's colour-blind-safe palette (yellow last: faint on white)
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#000000",
+           "#F0E442")
+
+
+def family(workload: str) -> str:
+    """The operator family of a workload's name (a key of ``FAMILIES``)."""
+    if " bicubic " in workload or " bspline " in workload:
+        return "cubic"
+    first = workload.split()[0]
+    return "warp" if first.startswith("warp.") else first
+
+
+def family_title(key: str) -> str:
+    return _FAMILY_TITLES.get(key, key)
+
+
+def by_family(results: list[Result]) -> dict[str, list[str]]:
+    """{family: its workloads in report order}, the families in ``FAMILIES``' order."""
+    order = [key for key, _, _ in FAMILIES]
+    grouped: dict[str, list[str]] = {}
+    for r in results:
+        names = grouped.setdefault(family(r.workload), [])
+        if r.workload not in names:
+            names.append(r.workload)
+    return dict(sorted(grouped.items(),
+                       key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
 
 
 def write_plot(path, results):
@@ -932,43 +1065,110 @@ def write_plot(path, results):
     import matplotlib.pyplot as plt
 
     fig = plot(results)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def plot(results):
-    """Bar chart of the ratio to each peer, one group per workload, on a log axis; the
+def _ratio_rows(ax, rows, xlabel):
+    """One row per (title, colour, ratios): a bar from 1 to the median, a dot per workload,
+    the median and the count written beside; log axis."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    everything = [x for _, _, ratios in rows for x in ratios]
+    low, high = min(everything + [1.0]), max(everything + [1.0])
+    for k, (_, colour, ratios) in enumerate(rows):
+        ratios = np.sort(np.asarray(ratios, dtype=float))
+        median = float(np.median(ratios))
+        ax.barh(k, median - 1, 0.7, left=1, color=colour, alpha=0.3, edgecolor=colour)
+        spread = np.resize([0.0, -0.2, 0.2], len(ratios))  # neighbours apart
+        ax.scatter(ratios, k + spread, s=42, color=colour, edgecolor="black", linewidth=0.6,
+                   zorder=3)
+        ax.text(max(ratios.max(), median) * 1.15, k,
+                f"median {short_ratio(median)} ({len(ratios)} workload"
+                f"{'s' * (len(ratios) > 1)})", va="center", fontsize=11)
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_xscale("log")
+    # room right of the highest dot for its row's label: about 40% of the axis' width
+    left, label = np.log10(min(low, 1.0) / 1.6), np.log10(high * 1.15)
+    right = (label - 0.4 * left) / 0.6
+    ax.set_xlim(10 ** left, 10 ** right)
+    decades = right - left
+    subs = (1.0, 2.0, 5.0) if decades < 3.5 else (1.0, 3.0) if decades < 4.5 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}x"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_yticks(range(len(rows)), [title for title, _, _ in rows], fontsize=12)
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # the first row on top
+    ax.tick_params(axis="x", labelsize=11)
+    ax.set_xlabel(xlabel, fontsize=12)
+    ax.grid(axis="x", color="0.88", linewidth=0.8)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _against_pytorch_rows(results):
+    rated = [r for r in results if r.implementation == "pytorch" and r.ratio is not None]
+    rows = []
+    for k, (key, names) in enumerate(by_family(rated).items()):
+        ratios = [r.ratio for r in rated if r.workload in names]
+        rows.append((family_title(key), PALETTE[k % len(PALETTE)], ratios))
+    return rows
+
+
+# the libraries beside PyTorch, in the second chart (volsample's own variants are in the
+# tables, not charted)
+_OTHER_LIBRARIES = ("scipy", "volresample", "simpleitk", "torch-interpol", "affiners", "jax")
+
+
+def _against_others_rows(results):
+    rows = []
+    for k, peer in enumerate(p for p in _OTHER_LIBRARIES
+                             if any(r.implementation == p for r in results)):
+        ratios = [r.ratio for r in results if r.implementation == peer and r.ratio is not None]
+        rows.append((_PEER_TITLES[peer], PALETTE[k % len(PALETTE)], ratios))
+    return rows
+
+
+def plot_against_pytorch(results: list[Result], ax=None):
+    """The speed-up against PyTorch per operator family (``FAMILIES``): PyTorch's time over
+    volsample's, one dot per workload, a bar to the family's median, on a log axis. The
     matplotlib figure."""
     import matplotlib.pyplot as plt
 
-    rated = {(r.workload, r.implementation): r for r in results if r.ratio is not None}
-    workloads = list(dict.fromkeys(w for w, _ in rated))
-    peers = [p for p in PEERS if any(peer == p for _, peer in rated)]
-    # one bar per (workload, peer) measured, a workload's bars together, its name at their
-    # middle
-    y, positions, ticks = 0.0, {}, []
-    for w in workloads:
-        present = [p for p in peers if (w, p) in rated]
-        positions.update({(w, p): y + k for k, p in enumerate(present)})
-        ticks.append(y + (len(present) - 1) / 2)
-        y += len(present) + 0.8
-    fig, ax = plt.subplots(figsize=(10, 0.17 * y + 1.5))
-    for k, peer in enumerate(peers):
-        keys = [key for key in positions if key[1] == peer]
-        ratios = np.array([rated[key].ratio for key in keys])
-        iqr = np.array([rated[key].ratio_iqr or (rated[key].ratio,) * 2 for key in keys])
-        # bars from 1 (as fast as the peer): right of it volsample is faster, left slower;
-        # the whiskers span the interquartile range over the rounds
-        ax.barh([positions[key] for key in keys], ratios - 1, 0.85, left=1,
-                color=f"C{k}", label=f"vs {_PEER_TITLES[peer]}", xerr=np.abs(np.stack(
-                    [ratios - iqr[:, 0], iqr[:, 1] - ratios])), ecolor="grey")
-    ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_xscale("log")  # ratios from below 1 to hundreds: every bar readable
-    ax.set_yticks(ticks, workloads, fontsize=8)
-    ax.set_ylim(y - 0.4, -0.6)  # the first workload on top
-    ax.set_xlabel("speed-up of volsample (peer time / volsample time)")
-    ax.legend()
-    fig.tight_layout()
+    rows = _against_pytorch_rows(results)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(CHART_WIDTH, 0.55 * len(rows) + 1.3), layout="constrained")
+    _ratio_rows(ax, rows, "PyTorch's time / volsample's (above 1: volsample is faster)")
+    return ax.figure
+
+
+def plot_against_others(results: list[Result], ax=None):
+    """The speed-up against each library other than PyTorch (SciPy, volresample, SimpleITK,
+    torch-interpol, affiners, JAX: those in ``results``), drawn as ``plot_against_pytorch``."""
+    import matplotlib.pyplot as plt
+
+    rows = _against_others_rows(results)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(CHART_WIDTH, 0.55 * len(rows) + 1.3), layout="constrained")
+    _ratio_rows(ax, rows, "the library's time / volsample's (above 1: volsample is faster)")
+    return ax.figure
+
+
+def plot(results):
+    """The speed-ups of a run: against PyTorch per operator family, then against each
+    other library, on log axes (``plot_against_pytorch``, ``plot_against_others``; a chart
+    with no rows is left out). The matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    charts = [(draw, rows) for draw, rows in ((plot_against_pytorch, _against_pytorch_rows(results)),
+                                              (plot_against_others, _against_others_rows(results)))
+              if rows]
+    heights = [0.55 * len(rows) + 1.3 for _, rows in charts] or [1.0]
+    fig, axes = plt.subplots(len(heights), 1, figsize=(CHART_WIDTH, sum(heights)),
+                             height_ratios=heights, layout="constrained", squeeze=False)
+    for (draw, _), ax in zip(charts, axes[:, 0]):
+        draw(results, ax)
     return fig
 
 

@@ -477,8 +477,88 @@ def main(scale: int, threads: int, repeats: int = 1, json_path: str | None = Non
         return 2
     print(format_table(results))
     if json_path:
-        with open(json_path, "w") as f:
-            json.dump({"scale_mm": scale, "threads": threads, "versions": versions,
-                       "load_average": os.getloadavg(),
-                       "results": [dataclasses.asdict(r) for r in results]}, f, indent=2)
+        write_json(json_path, results, scale, threads, versions,
+                   f"volsample bench --register --register-scale {scale} --threads {threads} "
+                   f"--repeats {repeats} --json {json_path}")
     return 0
+
+
+def write_json(path: str | os.PathLike, results: Sequence[ToolResult], scale: int, threads: int,
+               versions: dict, command: str, load_before: float | None = None) -> None:
+    """The runs and how they were taken (the date, the command, the pair's scale, the
+    threads, the tools' versions, the 1-minute load average at the end)."""
+    import datetime
+
+    payload = {"recorded": datetime.datetime.now(datetime.timezone.utc).strftime(
+                   "%Y-%m-%dT%H:%M:%SZ"), "command": command, "scale_mm": scale,
+               "threads": threads, "versions": versions,
+               "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+               "results": [dataclasses.asdict(r) for r in results]}
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
+        f.write("\n")
+
+
+def read_json(path: str | os.PathLike) -> tuple[dict, list[ToolResult]]:
+    """A file ``write_json`` wrote: (everything but the runs, the ``ToolResult`` list)."""
+    with open(path) as f:
+        payload = json.load(f)
+    results = [ToolResult(**{**r, "dice": {int(k): v for k, v in r["dice"].items()}})
+               for r in payload.pop("results")]
+    return payload, results
+
+
+TOOL_TITLES = {"volsample": "volsample register", "ants-syn": "ANTs SyN",
+               "before": "the headers' alignment"}
+
+
+def plot(results: Sequence[ToolResult]) -> Any:
+    """Mean Dice and the error in the brain against wall time (log axis), a point per tool
+    (the medians of its runs; a peer's registration call alone as an open marker beside its
+    whole run), the headers' alignment as a dashed line. The matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    from .bench import CHART_WIDTH, PALETTE
+
+    rows: dict[str, list[ToolResult]] = {}
+    for r in results:
+        rows.setdefault(r.tool, []).append(r)
+    median = lambda values: float(np.median(values))
+    fig, axes = plt.subplots(1, 2, figsize=(CHART_WIDTH, 4.2), layout="constrained")
+    for ax, (what, score) in zip(axes, (
+            ("mean Dice, grey and white matter (higher is better)",
+             lambda r: float(np.mean(list(r.dice.values())))),
+            ("error in the brain, mm (lower is better)", lambda r: r.error_mm))):
+        for k, (tool, runs) in enumerate(rows.items()):
+            y = median([score(r) for r in runs])
+            if tool == "before":
+                ax.axhline(y, color="0.4", linestyle="--", linewidth=1)
+                ax.annotate(TOOL_TITLES["before"], (0.02, y), xycoords=("axes fraction", "data"),
+                            xytext=(0, 4), textcoords="offset points", fontsize=11, color="0.3")
+                continue
+            colour = PALETTE[(k - 1) % len(PALETTE)]
+            wall = median([r.wall_s for r in runs])
+            calls = [r.registration_s for r in runs if r.registration_s is not None]
+            ax.scatter([wall], [y], s=80, color=colour, edgecolor="black", zorder=3)
+            ax.annotate(f"{TOOL_TITLES.get(tool, tool)}, {wall:.1f} s", (wall, y),
+                        xytext=(0, 9), textcoords="offset points", fontsize=11, ha="center",
+                        va="bottom")
+            if calls:
+                ax.scatter([median(calls)], [y], s=80, facecolor="white", edgecolor=colour,
+                           linewidth=2, zorder=3)
+                ax.plot([median(calls), wall], [y, y], color=colour, linewidth=1.5)
+                ax.annotate(f"its call alone, {median(calls):.1f} s", (median(calls), y),
+                            xytext=(0, -9), textcoords="offset points", fontsize=11,
+                            ha="center", va="top")
+        ax.set_xscale("log")
+        walls = [r.wall_s for r in results if r.tool != "before"]
+        ax.set_xlim(min(walls) / 2.5, max(walls) * 2.5)
+        ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda x, _: f"{x:g} s"))
+        ax.set_xlabel("wall time (log; lower is better)", fontsize=12)
+        ax.set_title(what, fontsize=11)
+        ax.tick_params(labelsize=11)
+        ax.grid(color="0.9", linewidth=0.8)
+        ax.margins(y=0.25)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    return fig
