@@ -9,6 +9,8 @@ reverse mode (jacrev) for forward mode (jacfwd). Tiny volumes.
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import pytest
 
@@ -294,6 +296,22 @@ def test_an_unknown_mode_is_named_once_with_every_mode_listed_once():
                                          r"'bspline', got 'lanczos'") as error:
         vt.grid_sample(volume, grid, mode="lanczos")
     assert str(error.value).count("'bilinear'") == 2  # the list, and the alias 'trilinear'
+
+
+@pytest.mark.parametrize("step", ["", "y.sum().backward()",
+                                  "volsample.set_num_threads(1); y.sum().backward()"])
+def test_a_graph_alive_at_exit_leaves_no_warning(step):
+    """A result with its graph kept by a global at exit (README's first example) prints
+    nothing: autograd contexts hold no kernel (nanobind reports kernels alive at exit as
+    leaks), and a backward after the thread count changed takes the general path."""
+    code = ("import torch, volsample, volsample.torch as vt\n"
+            "x = torch.randn(1, 1, 4, 4, 4, requires_grad=True)\n"
+            "y = vt.grid_sample(x, torch.rand(1, 2, 2, 2, 3) * 2 - 1)\n" + step + "\n"
+            "print(None if x.grad is None else float(x.grad.sum()))\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    assert (run.stdout.strip() == "None") == (step == "")
 
 
 def test_patch_falls_through_for_what_volsample_does_not_cover():

@@ -12,6 +12,7 @@ docs/semantics.md.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, NamedTuple
 
 import torch
@@ -27,12 +28,19 @@ _BACKWARD_SCHEMA = ("(Tensor grad_output, Tensor input, Tensor grid, int interpo
                     "int padding_mode, bool align_corners, bool[] output_mask) -> (Tensor, Tensor)")
 
 
-class _PreparedForward(NamedTuple):
-    kernel: Any  # _kernels.PreparedGridSample; None: nothing to compute
-    out: Any     # the result's _memory.allocator
-    modes: tuple  # (interpolation_mode, padding_mode, align_corners): the kernel's integers
-    backwards: dict  # (grad_output's shape, strides and dtype, needs_input_grad) ->
-    #                  _PreparedBackward: the eager backward's calls of this forward
+class _PreparedForward:
+    """A forward's prepared call: a class (not a NamedTuple) so that an eager call's autograd
+    context can hold it by weak reference. A graph kept by a global at exit outlives the
+    interpreter's teardown, and nanobind then reports every kernel it holds as leaked:
+    only the caches hold kernels."""
+    __slots__ = ("kernel", "out", "modes", "backwards", "__weakref__")
+
+    def __init__(self, kernel, out, modes: tuple, backwards: dict):
+        self.kernel = kernel  # _kernels.PreparedGridSample; None: nothing to compute
+        self.out = out  # the result's _memory.allocator
+        self.modes = modes  # (interpolation_mode, padding_mode, align_corners): the kernel's
+        self.backwards = backwards  # (grad_output's shape, strides and dtype,
+        # needs_input_grad) -> _PreparedBackward: the eager backward's calls of this forward
 
 
 @_dispatch.custom_op("grid_sampler_3d", _FORWARD_SCHEMA)
@@ -415,34 +423,39 @@ class _EagerGridSampler3d(torch.autograd.Function):
     """``grid_sample``'s Function for eager calls on plain CPU tensors, handed the call's
     ``_PreparedForward``: its forward runs that kernel; it saves nothing for forward mode
     (an eager call has no forward-AD level and no transform); its backward runs the
-    prepared backward kernel when the gradient is a plain CPU tensor too and nothing
-    watches (``_dispatch.direct``; the operands were checked by the forward), else
-    ``_GridSampler3d``'s. The old-style ``forward(ctx, ...)`` is one Python call, where
-    ``setup_context`` would be a second."""
+    prepared backward kernel when the gradient is a plain CPU tensor too, nothing watches
+    (``_dispatch.direct``; the operands were checked by the forward) and the forward's
+    prepared call is still cached (the context holds it by weak reference: a change of
+    the thread count forgets it), else ``_GridSampler3d``'s. The old-style
+    ``forward(ctx, ...)`` is one Python call, where ``setup_context`` would be a second."""
 
     @staticmethod
     def forward(ctx, input, grid, prepared):
         ctx.save_for_backward(input, grid)
-        ctx.prepared = prepared
+        ctx.modes = prepared.modes
+        ctx.prepared = _weak(prepared)
         return _sample(input, grid, prepared)
 
     @staticmethod
     def backward(ctx, grad_output):
-        modes = ctx.prepared.modes
-        if _grad_enabled() or not _dispatch.direct((grad_output,)):
-            ctx.modes = modes
+        forward = ctx.prepared()
+        if forward is None or _grad_enabled() or not _dispatch.direct((grad_output,)):
             return _GridSampler3d.backward(ctx, grad_output)
         input, grid = ctx.saved_tensors
         # (grad_output's shape and dtype are the result's when the engine calls, but
         # ``grad_fn.apply`` may be handed anything)
         key = grad_output.shape, grad_output.stride(), grad_output.dtype, ctx.needs_input_grad
-        prepared = ctx.prepared.backwards.get(key)
+        prepared = forward.backwards.get(key)
         gradients = None
         mask = key[3][:2]
+        modes = ctx.modes
         if prepared is None:
             prepared, gradients = _prepared_backward(grad_output, input, grid, modes, mask)
-            _calls.remember(ctx.prepared.backwards, key, prepared)
+            _calls.remember(forward.backwards, key, prepared)
         return *_run_backward(prepared, gradients, grad_output, input, grid, modes, mask), None
+
+
+_weak = weakref.ref
 
 
 # The engine calls a backward node's ``apply``, whose default finds the user's backward in
