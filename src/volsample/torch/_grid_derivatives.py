@@ -76,9 +76,9 @@ def _axis_taps(coord, size: int, mode: int, padding: int, align_corners: bool):
     weights = MODES.of(mode).weights
     if weights is None:  # nearest: piecewise constant, its callers skip it
         raise ValueError(f"mode {MODES.of(mode).name!r} has no grid derivatives")
-    weight, first, second = (torch.stack(v, -1) for v in weights(f))
-    if T == 2:
-        second = None  # no curvature
+    weight, first, second = weights(f)
+    weight, first = torch.stack(weight, -1), torch.stack(first, -1)
+    second = None if T == 2 else torch.stack(second, -1)  # linear: no curvature
     return index, inside, weight, first, second, slope, finite
 
 

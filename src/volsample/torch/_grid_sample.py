@@ -38,9 +38,11 @@ class _PreparedForward:
     def __init__(self, kernel, out, modes: tuple, backwards: dict):
         self.kernel = kernel  # _kernels.PreparedGridSample; None: nothing to compute
         self.out = out  # the result's _memory.allocator
-        self.modes = modes  # (interpolation_mode, padding_mode, align_corners): the kernel's
-        self.backwards = backwards  # (grad_output's shape, strides and dtype,
-        # needs_input_grad) -> _PreparedBackward: the eager backward's calls of this forward
+        # (interpolation_mode, padding_mode, align_corners): the kernel's integers
+        self.modes = modes
+        # (grad_output's shape, strides and dtype, needs_input_grad) -> _PreparedBackward:
+        # the eager backward's calls of this forward
+        self.backwards = backwards
 
 
 @_dispatch.custom_op("grid_sampler_3d", _FORWARD_SCHEMA)
