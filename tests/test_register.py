@@ -16,6 +16,7 @@ import pytest
 from helpers import assert_close
 
 from volsample import registration
+from volsample.apps.bench_register import rotation
 from volsample.cli import main
 from volsample._progress import ProgressBar
 
@@ -118,15 +119,6 @@ def test_objective_gradient_matches_finite_differences(loss, full_shape):
     assert_close("d objective / d control", grad, numeric, 1e-5, 1e-6 * scale)
 
 
-def _rotation(angles):
-    """A rotation matrix from three angles (radians) about x, y and z."""
-    a, b, c = angles
-    rx = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
-    ry = np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]])
-    rz = np.array([[np.cos(c), -np.sin(c), 0], [np.sin(c), np.cos(c), 0], [0, 0, 1]])
-    return rz @ ry @ rx
-
-
 def _two_grids():
     """Two volumes on different grids (shapes, voxel sizes, orientations) with affines."""
     fixed, moving = _smooth_volume((7, 8, 9), 10), _smooth_volume((6, 9, 5), 11)
@@ -134,7 +126,7 @@ def _two_grids():
     fixed_affine[:3, :3] = np.diag([2.0, -1.5, 2.5])
     fixed_affine[:3, 3] = (-6, 5, -10)
     moving_affine = np.eye(4)
-    moving_affine[:3, :3] = _rotation((0.1, -0.2, 0.3)) @ np.diag([2.5, 2.0, 3.0])
+    moving_affine[:3, :3] = rotation((0.1, -0.2, 0.3)) @ np.diag([2.5, 2.0, 3.0])
     moving_affine[:3, 3] = (-8, -7, -6)
     return fixed, fixed_affine, moving, moving_affine
 

@@ -16,23 +16,16 @@ from helpers import assert_close
 
 from volsample import registration, warp_3d
 from volsample.apps import folds, transforms
+from volsample.apps.bench_register import rotation
 from volsample.cli import main
 
 LPS = np.array([-1.0, -1.0, 1.0])  # RAS -> LPS, per coordinate
 
 
-def _rotation(angles):
-    a, b, c = angles
-    rx = np.array([[1, 0, 0], [0, np.cos(a), -np.sin(a)], [0, np.sin(a), np.cos(a)]])
-    ry = np.array([[np.cos(b), 0, np.sin(b)], [0, 1, 0], [-np.sin(b), 0, np.cos(b)]])
-    rz = np.array([[np.cos(c), -np.sin(c), 0], [np.sin(c), np.cos(c), 0], [0, 0, 1]])
-    return rx @ ry @ rz
-
-
 def _grid_affine(angles, spacing, origin, flip=(1, 1, 1)):
     """A voxel-to-world affine: rotated, anisotropic, its axes flipped as ``flip`` says."""
     affine = np.eye(4)
-    affine[:3, :3] = _rotation(angles) @ np.diag(np.multiply(spacing, flip))
+    affine[:3, :3] = rotation(angles) @ np.diag(np.multiply(spacing, flip))
     affine[:3, 3] = origin
     return affine
 
@@ -144,7 +137,7 @@ def test_otsu_foreground_is_the_bright_object():
 def _random_affine(seed):
     rng = np.random.default_rng(seed)
     transform = np.eye(4)
-    transform[:3, :3] = _rotation(rng.uniform(-0.3, 0.3, 3)) @ np.diag(rng.uniform(0.9, 1.1, 3))
+    transform[:3, :3] = rotation(rng.uniform(-0.3, 0.3, 3)) @ np.diag(rng.uniform(0.9, 1.1, 3))
     transform[:3, 3] = rng.uniform(-5, 5, 3)
     return transform
 
@@ -221,7 +214,7 @@ def registered(tmp_path_factory):
     flip = np.eye(4)
     flip[0, 0], flip[0, 3] = -1, shape[0] - 1
     nudge = np.eye(4)
-    nudge[:3, :3], nudge[:3, 3] = _rotation((0.04, -0.03, 0.05)), (1.0, -0.8, 0.6)
+    nudge[:3, :3], nudge[:3, 3] = rotation((0.04, -0.03, 0.05)), (1.0, -0.8, 0.6)
     moving_affine = nudge @ fixed_affine @ flip
     files = {"fixed": (pair.fixed, fixed_affine), "moving": (pair.moving[::-1], moving_affine),
              "fixed_labels": (pair.fixed_labels, fixed_affine),
