@@ -1,6 +1,10 @@
 """Shared test utilities: verbose comparisons and NumPy <-> torch conversion (bfloat16 too)."""
 from __future__ import annotations
 
+import os
+import pathlib
+import sys
+
 import ml_dtypes
 import numpy as np
 
@@ -107,3 +111,21 @@ class _CountedKernel:
             self.runs.calls += 1
             return run(*addresses)
         return counted
+
+
+def shell_environment(folder: pathlib.Path) -> dict[str, str]:
+    """An environment whose ``python`` and ``volsample`` are this interpreter and the
+    volsample imported here (installed or not), as a user's shell finds them after the
+    README's install: the documented commands run as written."""
+    import volsample
+
+    folder.mkdir()
+    for name, line in (("python", f'exec "{sys.executable}" "$@"'),
+                       ("volsample", f'exec "{sys.executable}" -m volsample "$@"')):
+        script = folder / name
+        script.write_text(f"#!/bin/sh\n{line}\n")
+        script.chmod(0o755)
+    package_root = str(pathlib.Path(volsample.__file__).resolve().parents[1])
+    return dict(os.environ, PATH=f"{folder}{os.pathsep}{os.environ.get('PATH', '')}",
+                PYTHONPATH=os.pathsep.join(
+                    [package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))

@@ -2,17 +2,15 @@
 checked against what the page says it prints and writes."""
 from __future__ import annotations
 
-import os
 import pathlib
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-import volsample
+from helpers import shell_environment
 
 CLI_MD = pathlib.Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
@@ -22,7 +20,7 @@ def _nibabel_example() -> tuple[str, str]:
     text = CLI_MD.read_text(encoding="utf-8")
     start = text.index("**An example with data you have.**")
     section = text[start:text.index("\n## ", start)]
-    block = re.search(r"\n```\n(.*?)\n```\n", section, re.S)
+    block = re.search(r"\n```bash\n(.*?)\n```\n", section, re.S)
     assert block, "docs/cli.md: the nibabel example has no code block"
     return " ".join(section.split()), block.group(1)
 
@@ -31,22 +29,6 @@ def _stated(pattern: str, prose: str) -> tuple[str, ...]:
     match = re.search(pattern, prose)
     assert match, f"docs/cli.md's nibabel example no longer states {pattern!r}"
     return match.groups()
-
-
-def _shell_commands(folder: pathlib.Path) -> dict[str, str]:
-    """An environment whose ``python`` and ``volsample`` are this interpreter and the
-    volsample imported here (installed or not), as a user's shell finds them after the
-    README's install."""
-    folder.mkdir()
-    for name, line in (("python", f'exec "{sys.executable}" "$@"'),
-                       ("volsample", f'exec "{sys.executable}" -m volsample "$@"')):
-        script = folder / name
-        script.write_text(f"#!/bin/sh\n{line}\n")
-        script.chmod(0o755)
-    package_root = str(pathlib.Path(volsample.__file__).resolve().parents[1])
-    return dict(os.environ, PATH=f"{folder}{os.pathsep}{os.environ.get('PATH', '')}",
-                PYTHONPATH=os.pathsep.join(
-                    [package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
 
 
 def test_cli_md_nibabel_example_prints_and_writes_what_the_page_says(tmp_path):
@@ -62,7 +44,7 @@ def test_cli_md_nibabel_example_prints_and_writes_what_the_page_says(tmp_path):
         pytest.skip("nibabel's test data are not installed")
     prose, block = _nibabel_example()
     run = subprocess.run([bash, "-e", "-c", block], cwd=tmp_path,
-                         env=_shell_commands(tmp_path / "bin"), capture_output=True,
+                         env=shell_environment(tmp_path / "bin"), capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""  # no warning, no progress bar (stderr is no terminal)
