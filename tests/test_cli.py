@@ -54,7 +54,8 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
     assert {r["workload"] for r in rows} == set(quick)
     for r in rows:
         assert set(r) == {"workload", "implementation", "median_s", "first_call_s", "repeats",
-                          "bandwidth_fraction", "ratio", "ratio_iqr", "rounds"}
+                          "bandwidth_fraction", "ratio", "ratio_iqr", "rounds",
+                          "bandwidth_fraction_after"}
         assert r["median_s"] > 0
         if r["implementation"] in ("volsample", "pytorch"):  # a peer's erratic call may
             assert r["repeats"] >= bench.QUICK_LIMITS["min_repeats"]  # reach max_seconds
@@ -85,6 +86,18 @@ def test_bench_filter_and_no_match(capsys):
     assert cli.main(["bench", "--no-progress", "--filter", "nosuch"]) == 2
     assert capsys.readouterr().err == ("volsample bench: error: --filter: no workload matches "
                                        "'nosuch'\n")
+
+
+def test_table_marks_noisy_ratios_and_a_moving_copy_bandwidth():
+    def results(iqr, after):
+        return [bench.Result("w", "volsample", 1e-3, 1e-3, 9, 0.4, bandwidth_fraction_after=after),
+                bench.Result("w", "simpleitk", 9e-2, 1e-1, 9, 0.1, 90.0, iqr, 9)]
+
+    quiet = bench.format_table(results((80.0, 100.0), None))
+    assert "*" not in quiet and "noisy" not in quiet and " 40% " in quiet
+    noisy = bench.format_table(results((80.0, 1000.0), 0.8)).splitlines()
+    assert noisy[2].endswith("90x (80-1000) *") and " 40%-80% " in noisy[2]
+    assert noisy[3].startswith("*: noisy") and noisy[4].startswith("of copy bw: noisy")
 
 
 def test_run_reports_no_spread_from_fewer_than_four_rounds():

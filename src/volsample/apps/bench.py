@@ -99,6 +99,10 @@ class Result:
     # say nothing).
     ratio_iqr: tuple[float, float] | None = None
     rounds: int | None = None  # the rounds the ratio pairs (a peer's result)
+    # bandwidth_fraction against the copy bandwidth measured after the run (the one above:
+    # before it), where the two differ by more than NOISY_BANDWIDTH: the machine's memory
+    # system did not hold still
+    bandwidth_fraction_after: float | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -677,6 +681,12 @@ QUICK_LIMITS = dict(min_repeats=25, min_seconds=0.2, max_repeats=200, max_second
 # The fewest paired rounds whose interquartile range is reported: a slow workload (seconds
 # a call) stops after ``max_seconds``, sometimes after one round.
 MIN_SPREAD_ROUNDS = 4
+# A ratio whose rounds spread wider than this (the interquartile range's high over its
+# low) is marked noisy in the plain table, as is a copy bandwidth that moved by more than
+# NOISY_BANDWIDTH between the start and the end of a run: a figure the machine did not
+# hold still for (another program's work, a peer's own thread pool), to rerun quietly.
+NOISY_SPREAD = 1.5
+NOISY_BANDWIDTH = 1.25
 
 
 def time_calls(fns, min_repeats=5, min_seconds=0.3, max_repeats=50, max_seconds=10.0):
@@ -767,7 +777,7 @@ def run(workloads, threads=None, peers=PEERS, progress=True, limits=None):
 
         volresample.set_num_threads(threads)
     bandwidth = copy_bandwidth()
-    results = []
+    results: list[Result] = []
     bar = ProgressBar(len(workloads), progress)
     for workload in workloads:
         impls = {name: fn for name, fn in workload.build().items()
@@ -789,6 +799,10 @@ def run(workloads, threads=None, peers=PEERS, progress=True, limits=None):
             results.append(result)
         bar.step(workload.name)
     bar.close()
+    after = copy_bandwidth()
+    if max(bandwidth, after) > NOISY_BANDWIDTH * min(bandwidth, after):
+        for result in results:
+            result.bandwidth_fraction_after = result.bandwidth_fraction * bandwidth / after
     return results
 
 
@@ -808,14 +822,34 @@ def format_table(results) -> str:
     rows = []
     for name, row in by_workload.items():
         ours = row["volsample"]
-        cells = [name, _figure(ours.median_s * 1e3), f"{ours.bandwidth_fraction:.0%}",
+        cells = [name, _figure(ours.median_s * 1e3), _bandwidth_cell(ours),
                  _figure(ours.first_call_s * 1e3)]
-        cells += [_ratio_cell(row[p]) if p in row else "-" for p in peers]
+        cells += [_ratio_cell(row[p]) + " *" * _noisy(row[p]) if p in row else "-"
+                  for p in peers]
         rows.append(cells)
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)]
     line = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
                                    for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    notes = []
+    if any(_noisy(r) for r in results):
+        notes.append(f"*: noisy, the rounds' ratios spread more than {NOISY_SPREAD}x "
+                     f"(interquartile range); rerun on a quiet machine")
+    if any(r.bandwidth_fraction_after is not None for r in results):
+        notes.append("of copy bw: noisy, the copy bandwidth moved by more than "
+                     f"{NOISY_BANDWIDTH}x during the run (against the start's - the end's)")
+    return "\n".join([line(header), line(["-" * w for w in widths])]
+                     + [line(r) for r in rows] + notes)
+
+
+def _noisy(result: Result) -> bool:
+    return result.ratio_iqr is not None and \
+        result.ratio_iqr[1] > NOISY_SPREAD * result.ratio_iqr[0]
+
+
+def _bandwidth_cell(result: Result) -> str:
+    if result.bandwidth_fraction_after is None:
+        return f"{result.bandwidth_fraction:.0%}"
+    return f"{result.bandwidth_fraction:.0%}-{result.bandwidth_fraction_after:.0%}"
 
 
 # README's names of the peers, in the order of its columns
