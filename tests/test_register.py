@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from helpers import assert_close
 
-from volsample import registration
+from volsample import InvalidArgumentError, registration
 from volsample.apps.bench_register import rotation
 from volsample.cli import main
 from volsample._progress import ProgressBar
@@ -313,8 +313,9 @@ def test_bspline_interpolant_gives_the_voxels_back():
     assert not np.allclose(coefficients, volume)
     assert registration.interpolant(volume, "bicubic") is volume
     identity = np.eye(3, 4)[None]
-    assert_close("voxels", registration._sample(coefficients, identity, None, volume.shape,
-                                                "bspline"), volume, 1e-12, 1e-12)
+    sampled = registration.objectives._sample(coefficients, identity, None, volume.shape,
+                                             "bspline")
+    assert_close("voxels", sampled, volume, 1e-12, 1e-12)
 
 
 @pytest.mark.parametrize("loss,levels", [("ncc", 1), ("ncc", 2), ("mse", 2)])
@@ -322,7 +323,7 @@ def test_register_scores_the_headers_alignment_and_its_result(monkeypatch, loss,
     # The result's similarity (the last level's measure, made for its steps or after
     # none, the box warped part by part) is what the measure of the whole volumes says;
     # warp() samples where the result's moved displacement says, kept or made again.
-    monkeypatch.setattr(registration, "_SLAB_PLANES", 4)  # several slabs
+    monkeypatch.setattr(registration.losses, "_SLAB_PLANES", 4)  # several slabs
     affine = np.diag([1.1, 1.0, 0.9, 1.0])
     fixed = _brain_on_flat_background((36, 30, 34), 70).astype(np.float32)
     moving = np.ascontiguousarray(fixed[::-1])
@@ -490,7 +491,7 @@ def test_register_command_takes_the_default_affine_steps(tmp_path, monkeypatch):
 
     def register(fixed, moving, loss, **settings):
         seen.update(settings)
-        raise registration.InvalidArgumentError("stop here")
+        raise InvalidArgumentError("stop here")
 
     monkeypatch.setattr(registration, "register", register)
     volume = _smooth_volume((33, 41, 25), 0, np.float32)
@@ -789,7 +790,7 @@ def test_local_ncc_box_keeps_planes_that_vary_only_within_themselves():
 def test_local_ncc_parts_hold_every_voxel_that_counts(monkeypatch):
     # The warped volume read only in the slabs (0 elsewhere) gives the same value and
     # gradient: no window that counts reaches a voxel outside them.
-    monkeypatch.setattr(registration, "_SLAB_PLANES", 4)
+    monkeypatch.setattr(registration.losses, "_SLAB_PLANES", 4)
     fixed = _brain_on_flat_background((30, 28, 32), 66)
     measure = registration.LocalNCC(fixed, 3)
     inside = np.zeros(measure.fixed.shape, bool)
@@ -811,7 +812,7 @@ def test_objectives_on_the_ncc_box_match_the_whole_volume(stage, slab_planes, mo
     # The box is sampled through theta times the box's map (part by part with slabs of
     # 3 planes, and its gradient taken back): the objective and its gradient are the
     # whole volume's, to round-off.
-    monkeypatch.setattr(registration, "_SLAB_PLANES", slab_planes)
+    monkeypatch.setattr(registration.losses, "_SLAB_PLANES", slab_planes)
     fixed = _brain_on_flat_background((15, 17, 16), 62)
     moving = _smooth_volume((14, 18, 13), 63)
     frame = registration.Frame.of(fixed.shape, np.diag([1.0, 1.1, 0.9, 1.0]), moving.shape,

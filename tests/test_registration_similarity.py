@@ -16,7 +16,7 @@ from volsample._cpu import similarity as kernels
 
 torch = pytest.importorskip("torch")
 
-EPS = registration._NCC_EPS
+EPS = registration.losses._NCC_EPS
 
 # odd sizes so that no axis is symmetric; one axis shorter than the window; a single plane
 SHAPES = [(7, 8, 9), (3, 10, 6), (1, 5, 12)]
