@@ -26,14 +26,14 @@ WORKLOADS = ["grid.bwd smooth N1 C1 96x112x96", "grid.fwd smooth N1 C8 96x112x96
 def child(names, threads):
     import volsample
     from volsample import _cpu
-    from volsample.apps import bench
+    from volsample.apps import bench_timing, bench_workloads
 
     volsample.set_num_threads(threads)
-    chosen = [w for w in bench.suite() if w.name in names]
+    chosen = [w for w in bench_workloads.suite() if w.name in names]
     medians = {}
     for w in chosen:
         fn = w.build()["volsample"]
-        medians[w.name] = bench.time_call(fn, min_repeats=7, min_seconds=0.5)[1]
+        medians[w.name] = bench_timing.time_call(fn, min_repeats=7, min_seconds=0.5)[1]
     # How often an (empty) region's threads settle on distinct CPUs (src/cpp/team.h).
     placed = [_cpu.team_cpus(threads) for _ in range(100)]
     medians["apart"] = sum(len(set(p)) == len(p) for p in placed) / len(placed)

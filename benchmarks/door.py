@@ -25,15 +25,15 @@ import time
 import numpy as np
 
 import volsample
-from volsample.apps import bench
+from volsample.apps import bench, bench_timing, bench_workloads
 
 
 def measure(threads: int, runs: int) -> dict:
     """{workload: {implementation: median seconds over the runs}}."""
-    workloads = bench.select(bench.suite(), pattern="small.*")
+    workloads = bench.select(bench_workloads.suite(), pattern="small.*")
     times: dict = {}
     for _ in range(runs):
-        for r in bench.run(workloads, threads, progress=False):
+        for r in bench_timing.run(workloads, threads, progress=False):
             times.setdefault(r.workload, {}).setdefault(r.implementation, []).append(r.median_s)
     return {w: {impl: float(np.median(ts)) for impl, ts in row.items()} for w, row in times.items()}
 

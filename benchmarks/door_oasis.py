@@ -27,18 +27,18 @@ import torch
 
 import volsample
 import volsample.torch as vt
-from volsample.apps import bench
+from volsample.apps import bench_workloads
 
 
 def workloads(shrink: int = 1) -> dict:
     """{name: (torch call, NumPy call)} on shared memory."""
     D, H, W = (n // shrink for n in (160, 192, 224))
-    grid = bench.smooth_grid(1, D, H, W)
+    grid = bench_workloads.smooth_grid(1, D, H, W)
     tgrid = torch.from_numpy(grid)
     calls = {}
     for C, what in ((1, "image"), (3, "field")):
-        x = bench._volume((1, C, D, H, W), np.float32)
-        go = bench._volume((1, C, D, H, W), np.float32, seed=3)
+        x = bench_workloads._volume((1, C, D, H, W), np.float32)
+        go = bench_workloads._volume((1, C, D, H, W), np.float32, seed=3)
         tx, tgo = torch.from_numpy(x), torch.from_numpy(go)
         calls[f"grid.fwd {what} C{C}"] = (
             lambda tx=tx: vt.grid_sample(tx, tgrid, align_corners=True),
@@ -47,13 +47,13 @@ def workloads(shrink: int = 1) -> dict:
             lambda tx=tx, tgo=tgo: torch.ops.volsample.grid_sampler_3d_backward(
                 tgo, tx, tgrid, 0, 0, True, [True, True]),
             lambda x=x, go=go: volsample.grid_sample_3d_backward(go, x, grid, align_corners=True))
-    field = bench._volume((1, 3, D // 4, H // 4, W // 4), np.float32)
+    field = bench_workloads._volume((1, 3, D // 4, H // 4, W // 4), np.float32)
     tfield = torch.from_numpy(field)
     calls["up.fwd field C3 x4"] = (
         lambda: vt.upsample_trilinear(tfield, size=(D, H, W), align_corners=True),
         lambda: volsample.upsample_trilinear_3d(field, size=(D, H, W), align_corners=True))
-    image = bench._volume((1, 1, D, H, W), np.float32)
-    theta = bench.affine_theta(1)
+    image = bench_workloads._volume((1, 1, D, H, W), np.float32)
+    theta = bench_workloads.affine_theta(1)
     timage, ttheta = torch.from_numpy(image), torch.from_numpy(theta)
     calls["warp.fwd affine C1"] = (lambda: vt.warp(timage, ttheta),
                                    lambda: volsample.warp_3d(image, theta))

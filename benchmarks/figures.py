@@ -18,7 +18,7 @@ quotes them sits between two markers,
 
 and is drawn by ``BLOCKS[NAME]``; the documentation build draws the charts with
 ``write_charts`` (docs/conf.py), and the gallery's benchmark page plots the same file. A
-new workload in ``volsample.apps.bench.suite()`` appears in all of them after ``--record``.
+new workload in ``volsample.apps.bench_workloads.suite()`` appears in all of them after ``--record``.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from volsample.apps import bench, bench_register
+from volsample.apps import bench_plots, bench_report, bench_timing, bench_register
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -50,7 +50,7 @@ def documents() -> list[Path]:
 
 
 class Records:
-    """The recorded runs: the bench harness's (``meta``, ``results``: ``bench.Result``) and
+    """The recorded runs: the bench harness's (``meta``, ``results``: ``bench_timing.Result``) and
     the registration benchmark's (``register_meta``, ``register``: ``ToolResult``)."""
 
     def __init__(self, meta: dict, results: list, register_meta: dict, register: list):
@@ -59,7 +59,7 @@ class Records:
 
     @classmethod
     def read(cls, cpu: Path = RECORDED, register: Path = REGISTER) -> Records:
-        return cls(*bench.read_json(cpu), *bench_register.read_json(register))
+        return cls(*bench_report.read_json(cpu), *bench_register.read_json(register))
 
     def result(self, workload: str, implementation: str = "volsample"):
         return next(r for r in self.results
@@ -81,7 +81,7 @@ class Records:
             median([r.error_mm for r in runs]))
 
 
-_x = bench.short_ratio
+_x = bench_report.short_ratio
 
 
 def _times(ratio: float) -> str:
@@ -110,9 +110,9 @@ def summary(rec: Records) -> str:
              "PyTorch's CPU kernels took this many times volsample's time:", "",
              "| operator family | workloads | PyTorch's time / volsample's: median (range) |",
              "|---|---:|---:|"]
-    for key, names in bench.by_family(pytorch).items():
+    for key, names in bench_report.by_family(pytorch).items():
         ratios = [r.ratio for r in pytorch if r.workload in names]
-        lines.append(f"| {bench.family_title(key)} | {len(ratios)} | {_x(np.median(ratios))} "
+        lines.append(f"| {bench_report.family_title(key)} | {len(ratios)} | {_x(np.median(ratios))} "
                      f"({_x(min(ratios))} to {_x(max(ratios))}) |")
     ours, ants = rec.tool("volsample"), rec.tool("ants-syn")
     lines += ["", f"`volsample register` aligned the MNI152 template to its known deformation "
@@ -125,7 +125,7 @@ def summary(rec: Records) -> str:
 
 def tables(rec: Records) -> str:
     """The performance page's tables, one per operator family."""
-    return bench.recorded_line(rec.meta, rec.results) + "\n\n" + bench.markdown_families(
+    return bench_report.recorded_line(rec.meta, rec.results) + "\n\n" + bench_report.markdown_families(
         rec.results)
 
 
@@ -168,16 +168,16 @@ def cubic(rec: Records) -> str:
 
 def labels(rec: Records) -> str:
     ours = rec.result("grid.fwd oasis labels N1 C36 160x192x224")
-    return (f"The recorded run's median for this row is {bench._duration(ours.median_s)} "
-            f"(its first call {bench._duration(ours.first_call_s)}): read it as the state of "
+    return (f"The recorded run's median for this row is {bench_report._duration(ours.median_s)} "
+            f"(its first call {bench_report._duration(ours.first_call_s)}): read it as the state of "
             f"the machine's memory as much as the kernel's.")
 
 
 def warp(rec: Records) -> str:
     name = "warp.fwd affine oasis N1 C1 160x192x224"
-    cell = lambda peer: bench._ratio_cell(rec.result(name, peer))
+    cell = lambda peer: bench_report._ratio_cell(rec.result(name, peer))
     return (f"In the recorded run the affine warp took "
-            f"{bench._duration(rec.result(name).median_s)}; volsample's grid sampler on the "
+            f"{bench_report._duration(rec.result(name).median_s)}; volsample's grid sampler on the "
             f"formed grid took {cell('volsample-grid')} its time, PyTorch {cell('pytorch')}, "
             f"affiners {cell('affiners')} (in brackets: the interquartile range over the "
             f"rounds).")
@@ -186,8 +186,8 @@ def warp(rec: Records) -> str:
 def warp_step(rec: Records) -> str:
     name = "warp.step oasis N1 C1 160x192x224"
     return (f"In the recorded run `warp` then `F.mse_loss` took "
-            f"{bench._figure(rec.ratio(name, 'volsample-warp'))}x `warp_mse_loss`'s time "
-            f"(`warp.step oasis`, {bench._duration(rec.result(name).median_s)}).")
+            f"{bench_report._figure(rec.ratio(name, 'volsample-warp'))}x `warp_mse_loss`'s time "
+            f"(`warp.step oasis`, {bench_report._duration(rec.result(name).median_s)}).")
 
 
 def door(rec: Records) -> str:
@@ -233,8 +233,8 @@ def blocks(text: str) -> list[str]:
 
 # -- the charts --------------------------------------------------------------------------
 
-CHARTS = {"against-pytorch.png": lambda rec: bench.plot_against_pytorch(rec.results),
-          "against-others.png": lambda rec: bench.plot_against_others(rec.results),
+CHARTS = {"against-pytorch.png": lambda rec: bench_plots.plot_against_pytorch(rec.results),
+          "against-others.png": lambda rec: bench_plots.plot_against_others(rec.results),
           "registration.png": lambda rec: bench_register.plot(rec.register)}
 
 

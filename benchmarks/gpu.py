@@ -41,7 +41,8 @@ def main(argv=None):
         sys.exit("benchmarks/gpu.py: no CUDA device (torch.cuda.is_available() is False). "
                  "Run it on a machine with an NVIDIA GPU, or use --device cpu for a dry run.")
     from volsample._triton import grid_sample, upsample
-    from volsample.apps.bench import smooth_grid, time_call
+    from volsample.apps.bench_timing import time_call
+    from volsample.apps.bench_workloads import smooth_grid
 
     device = torch.device(args.device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from volsample.apps import bench
+from volsample.apps import bench_timing, bench_workloads
 
 WORKLOADS = {
     1: ["grid.bwd smooth N1 C1 96x112x96", "grid.bwd smooth N1 C8 96x112x96"],
@@ -31,11 +31,11 @@ def main():
     parser.add_argument("--threads", type=int, nargs="*", default=[1, 2])
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args()
-    suite = {w.name: w for w in bench.suite()}
+    suite = {w.name: w for w in bench_workloads.suite()}
     rows = []
     for threads in args.threads:
         chosen = [suite[name] for name in WORKLOADS[threads]]
-        runs = [bench.run(chosen, threads, peers=("pytorch",), progress=False)
+        runs = [bench_timing.run(chosen, threads, peers=("pytorch",), progress=False)
                 for _ in range(args.runs)]
         for w in chosen:
             ours = [r.median_s for run in runs for r in run

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 import volsample
 import volsample.torch as vt
-from volsample.apps.bench import smooth_grid
+from volsample.apps.bench_workloads import smooth_grid
 
 THREADS = 2
 IMAGE = (96, 112, 96)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from volsample import cli
-from volsample.apps import bench
+from volsample.apps import bench, bench_peers, bench_plots, bench_report, bench_timing, bench_workloads
 
 torch = pytest.importorskip("torch")
 
@@ -20,11 +20,11 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
     json_path, png_path = tmp_path / "bench.json", tmp_path / "bench.png"
     # A loaded machine can spend a workload's max_seconds before its min_repeats (the cap
     # is by design); lifted here, so every row must show the quick run's repeats.
-    monkeypatch.setitem(bench.QUICK_LIMITS, "max_seconds", 120.0)
+    monkeypatch.setitem(bench_timing.QUICK_LIMITS, "max_seconds", 120.0)
     assert cli.main(["bench", "--quick", "--no-progress", "--json", str(json_path),
                      "--plot", str(png_path)]) == 0
     out = capsys.readouterr().out
-    quick = [w.name for w in bench.suite() if w.quick]
+    quick = [w.name for w in bench_workloads.suite() if w.quick]
     assert quick and all(name in out for name in quick)
     ours = {r["workload"]: r for r in json.loads(json_path.read_text())["results"]
             if r["implementation"] == "volsample"}
@@ -39,11 +39,11 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
                             "results"}
     assert payload["quick"] is True and payload["command"].startswith("volsample bench --quick")
     assert payload["machine"]["threads"] >= 1
-    assert payload["machine"]["cpu"] == bench.cpu_model() and payload["machine"]["isa"]
+    assert payload["machine"]["cpu"] == bench_timing.cpu_model() and payload["machine"]["isa"]
     versions = payload["machine"]["peers"]
     # the other packages: volsample's own variants are volsample's version, not peers
-    own = {p for p in bench.PEERS if p.startswith("volsample-")}
-    assert own and set(versions) == set(bench.PEERS) - own
+    own = {p for p in bench_peers.PEERS if p.startswith("volsample-")}
+    assert own and set(versions) == set(bench_peers.PEERS) - own
     assert versions["pytorch"] == torch.__version__
     implementations = {r["implementation"] for r in payload["results"]}
     assert implementations & own
@@ -58,11 +58,11 @@ def test_bench_quick_writes_table_json_and_plot(tmp_path, capsys, monkeypatch):
                           "bandwidth_fraction_after"}
         assert r["median_s"] > 0
         if r["implementation"] in ("volsample", "pytorch"):  # a peer's erratic call may
-            assert r["repeats"] >= bench.QUICK_LIMITS["min_repeats"]  # reach max_seconds
+            assert r["repeats"] >= bench_timing.QUICK_LIMITS["min_repeats"]  # reach max_seconds
         assert (r["ratio"] is None) == (r["implementation"] == "volsample")
         assert (r["rounds"] is None) == (r["implementation"] == "volsample")
         assert (r["ratio_iqr"] is None) == (r["implementation"] == "volsample"
-                                            or r["rounds"] < bench.MIN_SPREAD_ROUNDS)
+                                            or r["rounds"] < bench_timing.MIN_SPREAD_ROUNDS)
         if r["ratio_iqr"]:
             assert 0 < r["ratio_iqr"][0] <= r["ratio_iqr"][1]
     # the spread is shown beside each ratio: "1.35x (1.2-1.5)"
@@ -90,24 +90,24 @@ def test_bench_filter_and_no_match(capsys):
 
 def test_table_marks_noisy_ratios_and_a_moving_copy_bandwidth():
     def results(iqr, after):
-        return [bench.Result("w", "volsample", 1e-3, 1e-3, 9, 0.4, bandwidth_fraction_after=after),
-                bench.Result("w", "simpleitk", 9e-2, 1e-1, 9, 0.1, 90.0, iqr, 9)]
+        return [bench_timing.Result("w", "volsample", 1e-3, 1e-3, 9, 0.4, bandwidth_fraction_after=after),
+                bench_timing.Result("w", "simpleitk", 9e-2, 1e-1, 9, 0.1, 90.0, iqr, 9)]
 
-    quiet = bench.format_table(results((80.0, 100.0), None))
+    quiet = bench_report.format_table(results((80.0, 100.0), None))
     assert "*" not in quiet and "noisy" not in quiet and " 40% " in quiet
-    noisy = bench.format_table(results((80.0, 1000.0), 0.8)).splitlines()
+    noisy = bench_report.format_table(results((80.0, 1000.0), 0.8)).splitlines()
     assert noisy[2].endswith("90x (80-1000) *") and " 40%-80% " in noisy[2]
     assert noisy[3].startswith("*: noisy") and noisy[4].startswith("of copy bw: noisy")
 
 
 def test_run_reports_no_spread_from_fewer_than_four_rounds():
     # a slow peer stopped after one round: its ratio, and the rounds instead of an IQR
-    slow = bench.Workload("slow", lambda: {"volsample": lambda: None, "pytorch": lambda: None}, 1)
-    (ours, theirs) = bench.run([slow], threads=1, progress=False,
+    slow = bench_timing.Workload("slow", lambda: {"volsample": lambda: None, "pytorch": lambda: None}, 1)
+    (ours, theirs) = bench_timing.run([slow], threads=1, progress=False,
                                limits=dict(min_repeats=1, min_seconds=0.0, max_repeats=1))
     assert theirs.rounds == 1 and theirs.ratio is not None and theirs.ratio_iqr is None
-    assert bench._ratio_cell(theirs) == f"{bench._figure(theirs.ratio)}x (1 round)"
-    assert "(1 round)" in bench.markdown_report(
+    assert bench_report._ratio_cell(theirs) == f"{bench_report._figure(theirs.ratio)}x (1 round)"
+    assert "(1 round)" in bench_report.markdown_report(
         {"recorded": "2026-01-01T00:00:00Z", "command": "volsample bench",
          "load_average": {"before": None, "after": None},
          "machine": {"volsample": "0", "cpu": "cpu", "logical_cpus": 2, "isa": "scalar",
@@ -116,26 +116,26 @@ def test_run_reports_no_spread_from_fewer_than_four_rounds():
 
 
 def test_plot_draws_any_subset_of_families(tmp_path):
-    results = [bench.Result(name, impl, 1e-3, 1e-3, 5, 0.5, ratio, (ratio, ratio) if ratio else None, 5 if ratio else None)
+    results = [bench_timing.Result(name, impl, 1e-3, 1e-3, 5, 0.5, ratio, (ratio, ratio) if ratio else None, 5 if ratio else None)
                for name in ("grid.fwd tiny N1 C2 12^3", "warp.fwd affine tiny N1 C2 12^3")
                for impl, ratio in (("volsample", None), ("pytorch", 3.0))]
-    bench.write_plot(tmp_path / "one.png", results)  # no other library: one chart
+    bench_plots.write_plot(tmp_path / "one.png", results)  # no other library: one chart
     assert (tmp_path / "one.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    fig = bench.plot(results + [bench.Result("grid.fwd tiny N1 C2 12^3", "scipy", 1e-3, 1e-3, 5, 0.5,
+    fig = bench_plots.plot(results + [bench_timing.Result("grid.fwd tiny N1 C2 12^3", "scipy", 1e-3, 1e-3, 5, 0.5,
                                              20.0, (19.0, 21.0), 5)])
     assert [len(ax.get_yticks()) for ax in fig.axes] == [2, 1]  # two families; SciPy
 
 
 def test_full_suite_names_are_unique_and_quick_is_small():
-    names = [w.name for w in bench.suite()]
+    names = [w.name for w in bench_workloads.suite()]
     assert len(names) == len(set(names))
-    assert all(w.nbytes > 0 for w in bench.suite())
-    assert len(bench.select(bench.suite(), quick=True)) < len(bench.select(bench.suite()))
+    assert all(w.nbytes > 0 for w in bench_workloads.suite())
+    assert len(bench.select(bench_workloads.suite(), quick=True)) < len(bench.select(bench_workloads.suite()))
 
 
 def test_time_call_reports_first_call_apart():
     calls = []
-    first, median, repeats = bench.time_call(lambda: calls.append(1), min_repeats=5,
+    first, median, repeats = bench_timing.time_call(lambda: calls.append(1), min_repeats=5,
                                              min_seconds=0.0)
     assert repeats == 5 and len(calls) == 6 and first >= 0 and median >= 0
 
@@ -157,29 +157,29 @@ def test_standard_shapes_are_selected_by_name():
     # oasis: 4 grid sampling, 1 upsampling, the affine warp, the registration step and
     # 4 cubic (bicubic, bspline; forward, backward); sweep: 6 sizes, 2 grids, 2 directions
     for pattern, expected in (("oasis", 12), ("feature", 4), ("gib", 1), ("sweep", 24)):
-        chosen = bench.select(bench.suite(), pattern=pattern)
+        chosen = bench.select(bench_workloads.suite(), pattern=pattern)
         assert len(chosen) == expected and all(pattern in w.name for w in chosen)
-    oasis = [w.name for w in bench.select(bench.suite(), pattern="oasis")]
+    oasis = [w.name for w in bench.select(bench_workloads.suite(), pattern="oasis")]
     assert all(any(f"C{c} 160x192x224" in n for n in oasis) for c in (1, 3, 36))
-    assert not any("gib" in w.name for w in bench.select(bench.suite(), quick=True))
+    assert not any("gib" in w.name for w in bench.select(bench_workloads.suite(), quick=True))
 
 
 def test_gib_workload_reads_at_least_a_gibibyte():
-    (gib,) = bench.select(bench.suite(), pattern="gib")
+    (gib,) = bench.select(bench_workloads.suite(), pattern="gib")
     assert gib.nbytes >= 1 << 30  # its volume alone is 512 * 512 * 1024 * 4 bytes
 
 
 def test_standard_shapes_and_every_peer_run_shrunk(capsys):
     # Every new workload, with every installed peer, at 1/16 of its size (the small-size
     # family's peers: its keypoint workloads).
-    workloads = [w for w in bench.suite(shrink=16)
+    workloads = [w for w in bench_workloads.suite(shrink=16)
                  if any(k in w.name for k in ("oasis", "feature", "gib", "keypoints"))]
-    results = bench.run(workloads, threads=1, progress=False)
+    results = bench_timing.run(workloads, threads=1, progress=False)
     ran = {(r.workload, r.implementation) for r in results}
     assert {w.name for w in workloads} == {name for name, _ in ran}
-    installed = {p for p, v in bench.peer_versions().items() if v}
+    installed = {p for p, v in bench_peers.peer_versions().items() if v}
     assert {"pytorch", "scipy"} <= installed
-    own = {p for p in bench.PEERS if p.startswith("volsample-")}  # volsample's own variants
+    own = {p for p in bench_peers.PEERS if p.startswith("volsample-")}  # volsample's own variants
     assert {impl for _, impl in ran} - own == {"volsample"} | installed
     assert {impl for _, impl in ran} & own
     assert all(r.ratio is not None for r in results if r.implementation != "volsample")
@@ -189,7 +189,7 @@ def test_simpleitk_peer_computes_what_volsample_does():
     # ITK is timed on the same work: its warp equals the align_corners=True grid sample
     # away from the faces (ITK's linear interpolator clamps within half a voxel of them).
     sitk = pytest.importorskip("SimpleITK")
-    (workload,) = [w for w in bench.suite(shrink=8) if w.name.startswith("grid.fwd oasis field")]
+    (workload,) = [w for w in bench_workloads.suite(shrink=8) if w.name.startswith("grid.fwd oasis field")]
     impls = workload.build()
     ours = impls["volsample"]()
     theirs = np.moveaxis(sitk.GetArrayFromImage(impls["simpleitk"]()), -1, 0)[None]
@@ -201,7 +201,7 @@ def test_affiners_peer_computes_what_volsample_does():
     # affiners is timed on the same work: its transform equals warp_3d's (align_corners=False)
     # away from the faces (it reads 0 beyond the input's outer voxel centres, not between).
     pytest.importorskip("affiners")
-    (workload,) = [w for w in bench.suite(shrink=8) if w.name.startswith("warp.fwd affine oasis")]
+    (workload,) = [w for w in bench_workloads.suite(shrink=8) if w.name.startswith("warp.fwd affine oasis")]
     impls = workload.build()
     ours = impls["volsample"]()
     (theirs,) = impls["affiners"]()
@@ -213,16 +213,16 @@ def test_affiners_peer_computes_what_volsample_does():
 def test_registration_step_variants_and_losses_give_the_same_gradients():
     # the step the warp's memory and time figures measure: the three variants, each loss
     pytest.importorskip("torch")
-    operands = bench.step_operands(1, 1, (6, 7, 8))
-    reference = bench.registration_step("pytorch", *operands, loss="square")
+    operands = bench_workloads.step_operands(1, 1, (6, 7, 8))
+    reference = bench_workloads.registration_step("pytorch", *operands, loss="square")
     for variant in ("volsample", "volsample-warp", "volsample-grid", "pytorch"):
         for loss in ("mse_loss", "square"):
-            grads = bench.registration_step(variant, *operands, loss=loss)
+            grads = bench_workloads.registration_step(variant, *operands, loss=loss)
             for ours, theirs in zip(grads, reference):
                 assert float(theirs.abs().max()) > 1e-4
                 np.testing.assert_allclose(ours.numpy(), theirs.numpy(), rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="loss must be"):
-        bench.registration_step("volsample", *operands, loss="l1")
+        bench_workloads.registration_step("volsample", *operands, loss="l1")
 
 
 def test_volresample_peer_is_the_align_corners_false_grid_sample():
@@ -230,7 +230,7 @@ def test_volresample_peer_is_the_align_corners_false_grid_sample():
     import volsample
 
     x = np.random.default_rng(0).standard_normal((1, 3, 9, 10, 11)).astype(np.float32)
-    grid = bench.smooth_grid(1, 7, 8, 9)
+    grid = bench_workloads.smooth_grid(1, 7, 8, 9)
     np.testing.assert_allclose(volresample.grid_sample(x, grid, "linear", "zeros"),
                                volsample.grid_sample_3d(x, grid, align_corners=False),
                                rtol=1e-5, atol=1e-5)
@@ -238,18 +238,18 @@ def test_volresample_peer_is_the_align_corners_false_grid_sample():
 
 def test_time_calls_interleaves_rounds_until_each_has_its_repeats():
     calls = []
-    timed = bench.time_calls({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
+    timed = bench_timing.time_calls({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")},
                              min_repeats=3, min_seconds=0.0)
     assert calls[:4] == list("abab") and sorted(calls[4:]) == list("aabb")  # first calls, rounds
     assert [timed[name][2] for name in "ab"] == [3, 3]
-    slow_apart = bench.time_calls({"a": lambda: calls.append("a"), "b": lambda: None},
+    slow_apart = bench_timing.time_calls({"a": lambda: calls.append("a"), "b": lambda: None},
                                   min_repeats=2, min_seconds=0.0, max_seconds=0.0)
     assert [slow_apart[name][2] for name in "ab"] == [1, 1]
 
 
 def test_time_call_stops_slow_calls_after_max_seconds():
     calls = []
-    first, median, repeats = bench.time_call(lambda: calls.append(1), min_repeats=5,
+    first, median, repeats = bench_timing.time_call(lambda: calls.append(1), min_repeats=5,
                                              min_seconds=0.0, max_seconds=0.0)
     assert repeats == 1 and len(calls) == 2
 
@@ -298,21 +298,21 @@ def test_similarity_before_and_after_share_their_precision(values, expected):
 
 def test_time_rounds_batches_fast_calls_into_samples():
     calls = []
-    timed = bench.time_rounds({"a": lambda: calls.append(1)}, min_repeats=3, min_seconds=0.0,
+    timed = bench_timing.time_rounds({"a": lambda: calls.append(1)}, min_repeats=3, min_seconds=0.0,
                               max_repeats=3, min_sample_seconds=1e-3)
     first, times = timed["a"]
     batch = (len(calls) - 4) // 3  # the first call, three calibrating ones, three rounds
     assert len(times) == 3 and batch > 1 and len(calls) == 4 + 3 * batch
     # without a sample length each round calls once
     calls.clear()
-    bench.time_rounds({"a": lambda: calls.append(1)}, min_repeats=3, min_seconds=0.0,
+    bench_timing.time_rounds({"a": lambda: calls.append(1)}, min_repeats=3, min_seconds=0.0,
                       max_repeats=3)
     assert len(calls) == 4
 
 
 def test_time_rounds_takes_each_round_in_an_order_of_its_own():
     calls = []
-    bench.time_rounds({name: (lambda n=name: calls.append(n)) for name in "abcd"},
+    bench_timing.time_rounds({name: (lambda n=name: calls.append(n)) for name in "abcd"},
                       min_repeats=12, min_seconds=0.0, max_repeats=12)
     assert calls[:4] == list("abcd")  # the first calls, in order
     rounds = ["".join(calls[k:k + 4]) for k in range(4, len(calls), 4)]
@@ -321,7 +321,7 @@ def test_time_rounds_takes_each_round_in_an_order_of_its_own():
     followers = {r[i + 1] for r in rounds for i in range(3) if r[i] == "b"}
     assert len(followers) > 1  # "b" is not always followed by the same one
     again = []
-    bench.time_rounds({name: (lambda n=name: again.append(n)) for name in "abcd"},
+    bench_timing.time_rounds({name: (lambda n=name: again.append(n)) for name in "abcd"},
                       min_repeats=12, min_seconds=0.0, max_repeats=12)
     assert again == calls  # the same orders every run (a fixed seed)
 
@@ -329,13 +329,13 @@ def test_time_rounds_takes_each_round_in_an_order_of_its_own():
 def test_run_reports_the_spread_of_the_per_round_ratios():
     import time as _time
 
-    steady = bench.Workload("steady", lambda: {"volsample": lambda: _time.sleep(0.002),
+    steady = bench_timing.Workload("steady", lambda: {"volsample": lambda: _time.sleep(0.002),
                                                "pytorch": lambda: _time.sleep(0.004)}, 1)
-    (ours, theirs) = bench.run([steady], threads=1, progress=False,
+    (ours, theirs) = bench_timing.run([steady], threads=1, progress=False,
                                limits=dict(min_repeats=7, min_seconds=0.0, max_repeats=7))
     assert ours.ratio is None and ours.ratio_iqr is None and theirs.repeats == 7
     assert theirs.rounds == 7
     low, high = theirs.ratio_iqr
     assert 1 < low <= high  # about 2, more where a busy machine wakes the sleeps late
-    assert bench._ratio_cell(theirs) == f"{bench._figure(theirs.ratio)}x ({bench._spread(low, high)})"
-    assert bench._spread(6.81, 7.34) == "6.8-7.3" and bench._spread(15.66, 15.82) == "15.7-15.8"
+    assert bench_report._ratio_cell(theirs) == f"{bench_report._figure(theirs.ratio)}x ({bench_report._spread(low, high)})"
+    assert bench_report._spread(6.81, 7.34) == "6.8-7.3" and bench_report._spread(15.66, 15.82) == "15.7-15.8"

@@ -413,9 +413,9 @@ def test_bench_peers_compute_the_bspline(direction):
     """The cubic benchmarks time the same work: SciPy's map_coordinates(order=3,
     prefilter=False) and torch-interpol's grid_pull(interpolation=3) (if installed) equal
     volsample's bspline on the workload's inputs (border padding, align_corners)."""
-    from volsample.apps import bench
+    from volsample.apps import bench_workloads
 
-    (workload,) = [w for w in bench.suite(shrink=16)
+    (workload,) = [w for w in bench_workloads.suite(shrink=16)
                    if w.name.startswith(f"grid.{direction} bspline")]
     impls = workload.build()
     ours = impls["volsample"]()

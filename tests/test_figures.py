@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from volsample.apps import bench
+from volsample.apps import bench, bench_peers, bench_plots, bench_report, bench_timing, bench_workloads
 from volsample._tables import MODES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,10 +85,10 @@ def test_a_changed_recording_changes_the_documents(tmp_path):
 
 def test_family_tables_fit_the_page():
     # At most seven columns a table, every workload in one family's table
-    meta, results = bench.read_json(RECORDED)
-    tables = bench.markdown_families(results)
+    meta, results = bench_report.read_json(RECORDED)
+    tables = bench_report.markdown_families(results)
     headers = [line for line in tables.splitlines() if line.startswith("| workload")]
-    assert headers and all(line.count("|") - 1 <= bench.MAX_COLUMNS for line in headers)
+    assert headers and all(line.count("|") - 1 <= bench_report.MAX_COLUMNS for line in headers)
     for r in results:
         assert f"| `{r.workload}` |" in tables
     assert sum(f"| `{r.workload}` |" in line for line in tables.splitlines()
@@ -98,15 +98,15 @@ def test_family_tables_fit_the_page():
 
 def test_no_spread_from_fewer_than_four_rounds():
     # An interquartile range of one, two or three rounds is not printed: the rounds are
-    meta, results = bench.read_json(RECORDED)
-    few = [r for r in results if r.ratio is not None and r.rounds < bench.MIN_SPREAD_ROUNDS]
+    meta, results = bench_report.read_json(RECORDED)
+    few = [r for r in results if r.ratio is not None and r.rounds < bench_timing.MIN_SPREAD_ROUNDS]
     assert few  # the recorded run has such ratios (the slowest peers of the largest workloads)
     for r in few:
         assert r.ratio_iqr is None
-        assert bench._ratio_cell(r).endswith(f"({r.rounds} round{'s' * (r.rounds > 1)})")
+        assert bench_report._ratio_cell(r).endswith(f"({r.rounds} round{'s' * (r.rounds > 1)})")
     single = next(r for r in few if r.rounds == 1)
-    tables = bench.markdown_families(results)
-    assert f"{bench._ratio_cell(single)} |" in tables and "(5.53-5.53)" not in tables
+    tables = bench_report.markdown_families(results)
+    assert f"{bench_report._ratio_cell(single)} |" in tables and "(5.53-5.53)" not in tables
 
 
 def test_test_counts_and_run_times_are_stated_loosely():
@@ -123,7 +123,7 @@ def test_test_counts_and_run_times_are_stated_loosely():
 
 
 def test_every_peer_has_a_title_in_the_drawn_table():
-    assert set(bench._PEER_TITLES) == set(bench.PEERS)
+    assert set(bench_report.PEER_TITLES) == set(bench_peers.PEERS)
 
 
 def test_charts_are_drawn_from_the_records(tmp_path):
@@ -134,20 +134,20 @@ def test_charts_are_drawn_from_the_records(tmp_path):
     assert [p.name for p in written] == list(figures.CHARTS)
     for path in written:  # the column's width at 1280 px: drawn at its size, not shrunk
         height, width = matplotlib.image.imread(path).shape[:2]
-        assert width == 100 * bench.CHART_WIDTH <= 900 and height < 900, (path.name, width, height)
-    meta, results = bench.read_json(RECORDED)
-    fig = bench.plot_against_pytorch(results)
+        assert width == 100 * bench_plots.CHART_WIDTH <= 900 and height < 900, (path.name, width, height)
+    meta, results = bench_report.read_json(RECORDED)
+    fig = bench_plots.plot_against_pytorch(results)
     (ax,) = fig.axes
     assert ax.get_xscale() == "log"
     families = [t.get_text() for t in ax.get_yticklabels()]
-    assert families == [bench.family_title(k) for k in bench.by_family(
+    assert families == [bench_report.family_title(k) for k in bench_report.by_family(
         [r for r in results if r.implementation == "pytorch"])]
     colours = [c.get_facecolor()[0][:3] for c in ax.collections]
     assert len({tuple(c) for c in colours}) == len(colours)  # one colour a family
 
 
 def test_recorded_run_says_how_it_was_taken():
-    meta, results = bench.read_json(RECORDED)
+    meta, results = bench_report.read_json(RECORDED)
     machine = meta["machine"]
     assert meta["recorded"] and not meta["quick"] and meta["command"]
     assert machine["cpu"] and machine["threads"] >= 1 and machine["isa"]
@@ -155,7 +155,7 @@ def test_recorded_run_says_how_it_was_taken():
     assert set(meta["load_average"]) == {"before", "after"}
     # workloads of the full suite (a renamed one must be re-recorded; a new one appears
     # when the file is), each with volsample and its ratios' spread
-    names = {w.name for w in bench.select(bench.suite())}
+    names = {w.name for w in bench.select(bench_workloads.suite())}
     assert {r.workload for r in results} <= names
     assert {r.workload for r in results if r.implementation == "volsample"} == \
         {r.workload for r in results}
@@ -171,10 +171,10 @@ def test_gallery_benchmark_plots_the_recorded_run(monkeypatch):
     monkeypatch.chdir(ROOT / "docs" / "examples")  # where the documentation build runs it
     example = runpy.run_path(str(ROOT / "docs" / "examples" / "plot_benchmark.py"))
     assert Path(example["recorded"]) == RECORDED
-    assert example["results"] == bench.read_json(RECORDED)[1]
+    assert example["results"] == bench_report.read_json(RECORDED)[1]
     axes = example["fig"].axes
     assert len(axes) == 2 and all(ax.get_xscale() == "log" for ax in axes)
-    assert "bench.run(" not in (ROOT / "docs" / "examples" / "plot_benchmark.py").read_text()
+    assert "bench_timing.run(" not in (ROOT / "docs" / "examples" / "plot_benchmark.py").read_text()
 
 
 def test_gallery_modes_example_shows_every_mode_and_hides_no_error(monkeypatch):

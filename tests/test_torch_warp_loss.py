@@ -227,7 +227,7 @@ def test_bad_input_names_the_argument(case, argument):
 
 _STEP_PEAK = r"""
 import json, sys, torch, volsample
-from volsample.apps.bench import registration_step, step_operands
+from volsample.apps.bench_workloads import registration_step, step_operands
 variant, spatial = json.loads(sys.argv[1])
 operands = step_operands(1, 1, tuple(spatial))
 registration_step(variant, *operands)

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from volsample.apps import bench
+from volsample.apps import bench_plots, bench_report
 
 # %%
 # The recorded run
 # ----------------
-# ``bench.read_json`` reads what ``volsample bench --json FILE`` wrote: how the run was
+# ``bench_report.read_json`` reads what ``volsample bench --json FILE`` wrote: how the run was
 # taken (machine, date, threads, versions, load) and one result per workload and
 # implementation.
 # The file is in the repository: look for it from the current folder up (the docs
@@ -29,7 +29,7 @@ recorded = next(
     for folder in (here, *here.parents)
     if (folder / "benchmarks" / "results" / "cpu.json").exists()
 )
-meta, results = bench.read_json(recorded)
+meta, results = bench_report.read_json(recorded)
 machine = meta["machine"]
 print(
     f"recorded {meta['recorded']} on {machine['cpu']}, "
@@ -37,7 +37,7 @@ print(
     f"load average {meta['load_average']['before']:.1f} before, "
     f"{meta['load_average']['after']:.1f} after"
 )
-print(bench.format_table(results))
+print(bench_report.format_table(results))
 
 # %%
 # volsample's speed-up
@@ -46,5 +46,5 @@ print(bench.format_table(results))
 # about 1 to hundreds): above 1, volsample is faster. On top, PyTorch per operator
 # family; below, each other library; a dot per workload, a bar to the median.
 # ``volsample bench --plot FILE.png`` draws the same charts for a run of your own.
-fig = bench.plot(results)
+fig = bench_plots.plot(results)
 plt.show()

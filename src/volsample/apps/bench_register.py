@@ -518,7 +518,7 @@ def plot(results: Sequence[ToolResult]) -> Any:
     whole run), the headers' alignment as a dashed line. The matplotlib figure."""
     import matplotlib.pyplot as plt
 
-    from .bench import CHART_WIDTH, PALETTE
+    from .bench_plots import CHART_WIDTH, PALETTE
 
     rows: dict[str, list[ToolResult]] = {}
     for r in results:

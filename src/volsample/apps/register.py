@@ -10,8 +10,6 @@ and matplotlib are imported only when needed. Command-line reference: docs/cli.m
 """
 from __future__ import annotations
 
-from typing import Any
-
 import argparse
 import concurrent.futures
 import dataclasses
@@ -19,6 +17,7 @@ import json
 import math
 import os
 import sys
+from typing import Any
 
 import numpy as np
 

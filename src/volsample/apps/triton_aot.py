@@ -68,8 +68,8 @@ import volsample._triton as vt
 
 from .. import _calls, _dtypes
 from .._tables import MODES, PADDINGS, UNITS
-from ..torch import _operands
 from .._triton import grid_sample, upsample, warp
+from ..torch import _operands
 
 ARCHS = (80, 90)
 _RESOURCES = re.compile(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)")

@@ -46,15 +46,36 @@ from __future__ import annotations
 
 from .evaluation import deformation_error, dice
 from .geometry import (
-    IDENTITY_PARAMS, INTERPOLATIONS, Frame, control_shape, dense_displacement,
-    grid_to_voxel, identity_grid, refine, voxel_to_normalised, warp
+    IDENTITY_PARAMS,
+    INTERPOLATIONS,
+    Frame,
+    control_shape,
+    dense_displacement,
+    grid_to_voxel,
+    identity_grid,
+    refine,
+    voxel_to_normalised,
+    warp,
 )
 from .losses import (
-    DEFAULT_WEIGHTS, SIMILARITIES, LocalNCC, MeanSquares, blur, box_sum, local_ncc, mse,
-    similarity, similarity_measure, smoothness
+    DEFAULT_WEIGHTS,
+    SIMILARITIES,
+    LocalNCC,
+    MeanSquares,
+    blur,
+    box_sum,
+    local_ncc,
+    mse,
+    similarity,
+    similarity_measure,
+    smoothness,
 )
 from .objectives import (
-    StepBuffers, affine_objective, interpolant, moving_displacement, objective,
+    StepBuffers,
+    affine_objective,
+    interpolant,
+    moving_displacement,
+    objective,
 )
 from .pipeline import normalise_intensity, register, resample
 from .pyramid import AFFINE_LEVEL_VOXELS, default_affine_iterations

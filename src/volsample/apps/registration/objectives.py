@@ -16,6 +16,7 @@ from ...warp import warp_3d, warp_3d_backward
 from .geometry import _SAMPLING, Frame, voxel_to_normalised
 from .losses import LocalNCC, MeanSquares, _within, similarity_measure, smoothness
 
+
 def interpolant(volume: np.ndarray, interp: str = "bilinear") -> np.ndarray:
     """What warp_3d samples in mode ``interp`` to interpolate ``volume`` (D, H, W): the
     volume itself, or for "bspline" its spline coefficients under the warps' padding
