@@ -5,6 +5,7 @@
 
 #include "grid_sample.h"
 #include "local_ncc.h"
+#include "mutual_information.h"
 #include "upsample.h"
 
 namespace vs {
@@ -21,6 +22,7 @@ struct KernelTable {
   void (*box_sum)(const BoxSumArgs&);
   double (*local_ncc)(const LocalNccArgs&);
   void (*varying)(const VaryingArgs&);
+  double (*mutual_information)(const MutualInformationArgs&);
 };
 
 namespace scalar { const KernelTable& kernel_table(); }

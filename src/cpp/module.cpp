@@ -126,6 +126,7 @@ void bind_grid_sample(nb::module_& m);
 void bind_upsample(nb::module_& m);
 void bind_warp(nb::module_& m);
 void bind_local_ncc(nb::module_& m);
+void bind_mutual_information(nb::module_& m);
 
 }  // namespace vs
 
@@ -174,4 +175,5 @@ NB_MODULE(_kernels, m) {
   vs::bind_upsample(m);
   vs::bind_warp(m);
   vs::bind_local_ncc(m);
+  vs::bind_mutual_information(m);
 }

@@ -11,7 +11,7 @@ const KernelTable& kernel_table() {
   static const KernelTable table{VS_STRINGIFY(VS_ISA), grid_sample_forward,
                                  grid_sample_backward, upsample_forward, upsample_backward,
                                  grid_sample_backward_slabs, warp_forward, warp_backward,
-                                 box_sum, local_ncc, varying};
+                                 box_sum, local_ncc, varying, mutual_information};
   return table;
 }
 

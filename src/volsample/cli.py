@@ -1,7 +1,7 @@
-"""The ``volsample`` command line: demo, register, bench and info.
+"""The ``volsample`` command line: demo, register, register-cohort, bench and info.
 
 Each subcommand's options and work live in its own module of the applications' wing
-(``volsample.apps.register``, ``volsample.apps.bench``), as a pair
+(``volsample.apps.register``, ``volsample.apps.cohort``, ``volsample.apps.bench``), as a pair
 ``add_<name>_arguments(parser)`` / ``run_<name>(args) -> exit code``; this module only
 wires them into one parser.
 """
@@ -15,6 +15,9 @@ import sys
 _SUBCOMMANDS = {
     "demo": ("volsample.apps.register", "register a built-in synthetic pair and report the result"),
     "register": ("volsample.apps.register", "register a moving volume to a fixed one"),
+    "register-cohort": ("volsample.apps.cohort",
+                        "register many moving volumes to one template, here or on a Dask "
+                        "cluster"),
     "bench": ("volsample.apps.bench", "benchmark volsample against the peers installed"),
     "info": ("volsample.cli", "version, threads, backends and devices found"),
 }
@@ -53,7 +56,7 @@ def run_info(args: argparse.Namespace) -> int:
 
 
 # --help's description: plain text (the module docstring is reStructuredText)
-_DESCRIPTION = "volsample's command line: demo, register, bench and info."
+_DESCRIPTION = "volsample's command line: demo, register, register-cohort, bench and info."
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,8 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module_name, help_text) in _SUBCOMMANDS.items():
         sub = commands.add_parser(name, help=help_text, description=help_text)
         module = importlib.import_module(module_name)
-        getattr(module, f"add_{name}_arguments")(sub)
-        sub.set_defaults(run=getattr(module, f"run_{name}"))
+        function = name.replace("-", "_")
+        getattr(module, f"add_{function}_arguments")(sub)
+        sub.set_defaults(run=getattr(module, f"run_{function}"))
     return parser
 
 

@@ -1,7 +1,8 @@
-"""The C++ box sums and local NCC of registration (``src/cpp/local_ncc.cpp``).
+"""The C++ similarity kernels of registration: box sums and local NCC
+(``src/cpp/local_ncc.cpp``), mutual information (``src/cpp/mutual_information.cpp``).
 
-Operands are C-contiguous float32 (D, H, W) volumes; results are written into the
-caller's arrays, which registration keeps from step to step.
+Operands are C-contiguous float32 or float64 (D, H, W) volumes; results are written into
+the caller's arrays, which registration keeps from step to step.
 """
 from __future__ import annotations
 
@@ -31,3 +32,13 @@ def varying(volume: np.ndarray, rows: np.ndarray, columns: np.ndarray) -> None:
     """``rows`` (D, H) and ``columns`` (D, W), uint8: whether some voxel of each row and
     column of ``volume`` differs from a neighbour along some axis."""
     _kernels.varying(volume, rows, columns, threads_for(volume.size))
+
+
+def mutual_information(fixed_bins: np.ndarray, warped: np.ndarray, grad: np.ndarray | None,
+                       bins: int, low: float, high: float, grad_scale: float) -> float:
+    """Mattes mutual information (nats) of ``warped`` with the fixed volume given by its
+    voxels' bins (uint8; ``bins`` or above leaves a voxel out), the warped intensities'
+    cubic B-spline Parzen windows over ``bins`` bins spanning [``low``, ``high``]; with
+    ``grad``, also writes there ``grad_scale`` times its gradient."""
+    return _kernels.mutual_information(fixed_bins, warped, grad, bins, low, high, grad_scale,
+                                       threads_for(warped.size))

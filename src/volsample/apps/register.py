@@ -68,6 +68,12 @@ def add_register_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--labels", nargs=2, metavar=("FIXED_LABELS", "MOVING_LABELS"),
                         help="label maps on the two volumes' grids: the moving one is warped "
                              "(nearest) and Dice reported")
+    add_registration_options(parser)
+
+
+def add_registration_options(parser: argparse.ArgumentParser) -> None:
+    """The options of ``volsample register`` that say how to register (those of
+    ``register-cohort`` too)."""
     _add_common_arguments(parser)
     parser.add_argument("--levels", type=int, default=3,
                         help="resolution levels, each halving the previous (default 3)")
@@ -119,32 +125,38 @@ def add_demo_arguments(parser: argparse.ArgumentParser) -> None:
 def run_register(args: argparse.Namespace) -> int:
     """Register MOVING to FIXED and write the results under ``--out``."""
     try:
-        fixed, moving, *label_maps = _read_all(
-            [(args.fixed, "FIXED"), (args.moving, "MOVING")]
-            + list(zip(args.labels or (), ("FIXED_LABELS", "MOVING_LABELS"))))
-        labels = None
-        if label_maps:
-            labels = tuple(_label_map(volume) for volume in label_maps)
-            _same_grid(fixed, labels[0])
-            _same_grid(moving, labels[1])
-        iterations = _per_level(args.iterations, args.levels)
-        affine_iterations = _per_level(args.affine_iterations, args.levels) \
-            if args.affine_iterations else \
-            registration.default_affine_iterations(fixed.data.shape, iterations)
-        settings = dict(levels=args.levels, iterations=iterations,
-                        affine_iterations=affine_iterations, grid_spacing=args.grid_spacing,
-                        weight=args.smoothness, lr=args.lr, tolerance=args.tolerance)
-        run = _register(fixed, moving, labels, args.loss, settings, args.out,
-                        progress=not args.no_progress, interp=_INTERPOLATIONS[args.interp],
-                        jacobian=args.jacobian)
+        run = register_files(args)
     except (CommandError, VolsampleError) as error:
         return _fail("register", error)
     print(_wrote(args.out, run.files))
-    if labels is not None:
+    if run.dice is not None:
         print(_change("dice", run.dice, ".4f"))
     print(run.folds.line())
     print(_change(f"similarity ({args.loss})", run.similarity))
     return 0
+
+
+def register_files(args: argparse.Namespace) -> _Run:
+    """``volsample register``'s work on its parsed arguments: read the files, register,
+    write the results under ``args.out``; bad input raises CommandError or VolsampleError."""
+    fixed, moving, *label_maps = _read_all(
+        [(args.fixed, "FIXED"), (args.moving, "MOVING")]
+        + list(zip(args.labels or (), ("FIXED_LABELS", "MOVING_LABELS"))))
+    labels = None
+    if label_maps:
+        labels = tuple(_label_map(volume) for volume in label_maps)
+        _same_grid(fixed, labels[0])
+        _same_grid(moving, labels[1])
+    iterations = _per_level(args.iterations, args.levels)
+    affine_iterations = _per_level(args.affine_iterations, args.levels) \
+        if args.affine_iterations else \
+        registration.default_affine_iterations(fixed.data.shape, iterations)
+    settings = dict(levels=args.levels, iterations=iterations,
+                    affine_iterations=affine_iterations, grid_spacing=args.grid_spacing,
+                    weight=args.smoothness, lr=args.lr, tolerance=args.tolerance)
+    return _register(fixed, moving, labels, args.loss, settings, args.out,
+                     progress=not args.no_progress, interp=_INTERPOLATIONS[args.interp],
+                     jacobian=args.jacobian)
 
 
 def _per_level(iterations, levels):

@@ -1,0 +1,176 @@
+"""The C++ Mattes mutual information of registration (``src/cpp/mutual_information.cpp``).
+
+The oracle is NumPy in float64: the joint histogram from the cubic B-spline evaluated at
+every bin (not the kernel's four taps), the MI from it, and its gradient from the spline's
+derivative at every bin; finite differences of the kernel's own value check the gradient
+again. The kernel must give the same bits for every thread count and ISA.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from volsample import _cpu
+from volsample._cpu import similarity as kernels
+
+SKIP = 255  # a fixed bin index that leaves the voxel out (any index >= bins does)
+
+
+def _bspline(x):
+    """The cubic B-spline and its derivative."""
+    a = np.abs(x)
+    value = np.where(a < 1, 2 / 3 - a * a + a ** 3 / 2, np.where(a < 2, (2 - a) ** 3 / 6, 0.0))
+    slope = np.where(a < 1, -2 * x + 1.5 * x * a, np.where(a < 2, -np.sign(x) * (2 - a) ** 2 / 2,
+                                                             0.0))
+    return value, slope
+
+
+def _oracle(fixed_bins, warped, bins, low, high):
+    """(MI, d MI / d warped), float64."""
+    keep = fixed_bins.ravel() < bins
+    f = fixed_bins.ravel()[keep].astype(np.int64)
+    J = warped.ravel()[keep].astype(np.float64)
+    width = (high - low) / (bins - 4)
+    inside = (J > low) & (J < high)
+    t = (np.clip(J, low, high) - low) / width + 2
+    value, slope = _bspline(t[:, None] - np.arange(bins)[None, :])  # (voxels, bins)
+    joint = np.zeros((bins, bins))
+    np.add.at(joint, f, value)
+    p = joint / joint.sum()
+    p_f, p_m = p.sum(1, keepdims=True), p.sum(0, keepdims=True)
+    nonzero = p > 0
+    mi = np.sum(p[nonzero] * np.log(p[nonzero] / (p_f * p_m)[nonzero]))
+    log_ratio = np.where(nonzero, np.log(np.where(nonzero, p, 1) / np.where(p_m > 0, p_m, 1)),
+                         0.0)
+    grad_kept = np.sum(slope * log_ratio[f], axis=1) / (J.size * width) * inside
+    grad = np.zeros(warped.size)
+    grad[keep] = grad_kept
+    return mi, grad.reshape(warped.shape)
+
+
+def _pair(shape, dtype, bins, seed=0, skip=0.1):
+    """Fixed bins (some voxels left out) and a warped volume related to them by a
+    non-monotonic map, plus noise; a few intensities beyond [0, 1], to be clamped."""
+    rng = np.random.default_rng(seed)
+    fixed = rng.uniform(0, 1, shape)
+    fixed_bins = np.minimum((fixed * bins).astype(np.uint8), bins - 1)
+    fixed_bins[rng.uniform(0, 1, shape) < skip] = SKIP
+    warped = np.sin(3 * fixed) ** 2 * 0.8 + 0.2 * rng.uniform(0, 1, shape)
+    warped.ravel()[:: 17] += rng.choice([-0.5, 0.5], warped.ravel()[:: 17].shape)
+    return fixed_bins, warped.astype(dtype)
+
+
+def _run(fixed_bins, warped, bins, low=0.0, high=1.0, scale=1.0, threads=None, grad=True):
+    out = np.full_like(warped, np.nan) if grad else None  # every voxel written
+    if threads is None:
+        value = kernels.mutual_information(fixed_bins, warped, out, bins, low, high, scale)
+    else:
+        value = _cpu._kernels.mutual_information(fixed_bins, warped, out, bins, low, high, scale,
+                                                 threads)
+    return value, out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("bins", [8, 32])
+@pytest.mark.parametrize("shape", [(7, 8, 9), (1, 5, 12), (20, 21, 22)])
+def test_value_and_gradient_match_numpy(shape, bins, dtype):
+    fixed_bins, warped = _pair(shape, dtype, bins)
+    expected_value, expected_grad = _oracle(fixed_bins, warped, bins, 0.0, 1.0)
+    value, grad = _run(fixed_bins, warped, bins, scale=-2.0)
+    assert expected_value > 0.05  # the pair shares information
+    assert grad.dtype == dtype
+    assert value == pytest.approx(expected_value, rel=1e-8)
+    scale = np.abs(expected_grad).max()
+    rtol = 1e-5 if dtype == np.float32 else 1e-7
+    # the kernel's histogram counts in multiples of 2^-31: the log of a bin that holds only
+    # the tail of a few windows moves by up to 1e-5 of the largest gradient
+    np.testing.assert_allclose(grad, -2.0 * expected_grad, rtol=rtol, atol=1e-5 * scale)
+    assert np.all(grad[fixed_bins >= bins] == 0)
+    assert _run(fixed_bins, warped, bins, scale=-2.0, grad=False)[0] == value
+
+
+def test_gradient_matches_finite_differences():
+    fixed_bins, warped = _pair((6, 7, 8), np.float64, 16, seed=2, skip=0)
+    warped = np.clip(warped, 0.01, 0.99)  # none clamped
+    _, grad = _run(fixed_bins, warped, 16)
+    step = 1e-6
+    for index in [(0, 0, 0), (2, 3, 4), (5, 6, 7), (1, 0, 6), (4, 2, 1)]:
+        plus, minus = warped.copy(), warped.copy()
+        plus[index] += step
+        minus[index] -= step
+        numeric = (_run(fixed_bins, plus, 16, grad=False)[0]
+                   - _run(fixed_bins, minus, 16, grad=False)[0]) / (2 * step)
+        assert grad[index] == pytest.approx(numeric, rel=1e-4, abs=1e-9)
+
+
+def test_mi_is_high_for_a_non_monotonic_map_and_low_for_a_shuffle():
+    rng = np.random.default_rng(4)
+    fixed = rng.uniform(0, 1, (24, 24, 24))
+    fixed_bins = (fixed * 32).astype(np.uint8)
+    mapped = np.sin(3 * fixed) ** 2  # no linear map of fixed
+    shuffled = rng.permutation(mapped.ravel()).reshape(mapped.shape)
+    high, _ = _run(fixed_bins, mapped, 32, grad=False)
+    low, _ = _run(fixed_bins, shuffled, 32, grad=False)
+    assert high > 1.5 and 0 <= low < 0.2
+
+
+def test_clamped_intensities_have_no_gradient_and_the_range_ends_value():
+    fixed_bins, warped = _pair((5, 6, 7), np.float64, 16, skip=0)
+    below, above = warped < 0, warped > 1
+    assert below.any() and above.any()
+    value, grad = _run(fixed_bins, warped, 16)
+    assert np.all(grad[below | above] == 0)
+    clipped, _ = _run(fixed_bins, np.clip(warped, 0, 1), 16)
+    assert clipped == value
+
+
+def test_everything_left_out_gives_zero():
+    fixed_bins, warped = _pair((3, 4, 5), np.float32, 16)
+    value, grad = _run(np.full_like(fixed_bins, 16), warped, 16)
+    assert value == 0 and np.all(grad == 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_same_bits_for_every_thread_count_and_isa(dtype):
+    fixed_bins, warped = _pair((13, 17, 19), dtype, 32, seed=3)
+    reference = _run(fixed_bins, warped, 32, threads=1)
+    previous = _cpu.isa()
+    try:
+        for isa in _cpu.supported_isas():
+            _cpu.set_isa(isa)
+            for threads in (1, 2, 3, 5):
+                value, grad = _run(fixed_bins, warped, 32, threads=threads)
+                assert value == reference[0], (isa, threads)
+                np.testing.assert_array_equal(grad, reference[1], err_msg=f"{isa}, {threads}")
+    finally:
+        _cpu.set_isa(previous)
+
+
+@pytest.mark.parametrize("case,match", [
+    ("float16", "warped must be a C-contiguous float32 or float64"),
+    ("strided", "warped must be a C-contiguous float32 or float64"),
+    ("bins dtype", "fixed_bins must be a C-contiguous uint8"),
+    ("shape", "fixed_bins must be .* of warped's shape"),
+    ("grad dtype", "grad must be"),
+    ("bins", r"bins must be in \[5, 255\]"),
+    ("range", "low < high"),
+])
+def test_kernel_rejects_operands_it_cannot_read(case, match):
+    fixed_bins, warped = _pair((4, 5, 6), np.float32, 8)
+    grad, bins, low, high = np.empty_like(warped), 8, 0.0, 1.0
+    if case == "float16":
+        warped = warped.astype(np.float16)
+    elif case == "strided":
+        warped = np.empty((4, 5, 12), np.float32)[..., ::2]
+    elif case == "bins dtype":
+        fixed_bins = fixed_bins.astype(np.int16)
+    elif case == "shape":
+        fixed_bins = fixed_bins[:, :, :5].copy()
+    elif case == "grad dtype":
+        grad = grad.astype(np.float64)
+    elif case == "bins":
+        bins = 256
+    else:
+        low = high
+    with pytest.raises(ValueError, match=match):
+        _cpu._kernels.mutual_information(fixed_bins, warped, grad, bins, low, high, 1.0, 1)
