@@ -7,7 +7,6 @@ and what they say."""
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import pathlib
 import re
 import shlex
@@ -74,12 +73,26 @@ def _missing(block: Block) -> list[str]:
 
 
 # What the reader has before a page's first block: docs/cli.md registers "fixed.nii.gz"
-# and "moving.nii.gz" (here nibabel's example pair of one head, 2 mm and 4 mm voxels).
+# and "moving.nii.gz", and a cohort of "images/sub-*.nii.gz" to "template.nii.gz" with
+# label maps (here nibabel's example pair of one head, 2 mm and 4 mm voxels, and their
+# bright voxels as labels).
 def _cli_md_inputs(folder: pathlib.Path) -> None:
     nib = pytest.importorskip("nibabel")
+    import numpy as np
+
     data = pathlib.Path(nib.__file__).parent / "tests" / "data"
-    for ours, theirs in (("fixed", "anatomical.nii"), ("moving", "reoriented_anat_moved.nii")):
-        (folder / f"{ours}.nii.gz").write_bytes(gzip.compress((data / theirs).read_bytes()))
+    fixed, moving = (nib.load(data / name) for name in ("anatomical.nii",
+                                                        "reoriented_anat_moved.nii"))
+    (folder / "images").mkdir()
+    (folder / "labels").mkdir()
+    for image, paths in ((fixed, ["fixed", "template"]),
+                         (moving, ["moving", "images/sub-01", "images/sub-02"])):
+        values = np.asarray(image.dataobj)
+        labels = nib.Nifti1Image((values > np.median(values)).astype(np.uint8), image.affine)
+        for path in paths:
+            nib.save(image, folder / f"{path}.nii.gz")
+            nib.save(labels, folder / (f"{path}_labels.nii.gz" if "/" not in path
+                                       else f"labels/{path.split('/')[1]}.nii.gz"))
 
 
 SETUP = {"docs/cli.md": _cli_md_inputs}
