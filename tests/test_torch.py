@@ -499,10 +499,19 @@ def test_every_op_has_a_cuda_kernel(name):
 
 
 def _stand_in(monkeypatch, family, **launchers):
+    """Launchers of ``family`` that record their calls and write ``launchers[name]``'s
+    values into their results (the arguments after the operands, as the contract has it),
+    None where the door passed none."""
     calls = []
 
-    def recorder(name, result):
-        return lambda *args: calls.append((name, args)) or result
+    def recorder(name, results):
+        def launcher(*args):
+            calls.append((name, args))
+            given = [a for a in args if isinstance(a, torch.Tensor)][-len(results):] \
+                if results else []
+            for result, value in zip(given, results):
+                result.copy_(value)
+        return launcher
 
     module = types.SimpleNamespace(**{k: recorder(k, v) for k, v in launchers.items()})
     monkeypatch.setitem(sys.modules, f"volsample._triton.{family}", module)
@@ -511,17 +520,20 @@ def _stand_in(monkeypatch, family, **launchers):
 
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_cuda_grid_sampler_calls_the_triton_launchers(monkeypatch, deterministic):
+    """The CUDA kernels allocate the results (the input's memory format; grad_grid
+    contiguous), hand them to the launchers after the operands, and return them."""
     x, grid, go = torch.randn(1, 2, 3, 4, 5), torch.zeros(1, 2, 2, 2, 3), torch.randn(1, 2, 2, 2, 2)
-    out, grad_input = torch.empty(1, 2, 2, 2, 2), torch.empty(1, 2, 3, 4, 5)
-    calls = _stand_in(monkeypatch, "grid_sample", forward=out, backward=(grad_input, None))
+    out, grad_input = torch.randn(1, 2, 2, 2, 2), torch.randn(1, 2, 3, 4, 5)
+    calls = _stand_in(monkeypatch, "grid_sample", forward=(out,), backward=(grad_input,))
     monkeypatch.setattr(volsample._config, "_deterministic", deterministic)
-    assert _grid_sample._grid_sampler_3d_cuda(x, grid, 1, 2, True) is out
+    assert torch.equal(_grid_sample._grid_sampler_3d_cuda(x, grid, 1, 2, True), out)
     gi, gg = _grid_sample._grid_sampler_3d_backward_cuda(go, x, grid, 0, 1, False, [True, False])
-    assert gi is grad_input and gg.numel() == 0  # a gradient not asked for: empty
+    assert torch.equal(gi, grad_input) and gg.numel() == 0  # a gradient not asked for: empty
     (f_name, f_args), (b_name, b_args) = calls
-    assert f_name == "forward" and f_args[1:] == (x, grid)
+    assert f_name == "forward" and f_args[1:3] == (x, grid) and f_args[3].shape == out.shape
     assert (f_args[0].mode, f_args[0].padding, f_args[0].align_corners) == (1, 2, True)
-    assert b_name == "backward" and b_args[1] is go and b_args[2:] == (x, grid, deterministic)
+    assert b_name == "backward" and b_args[1] is go and b_args[2:4] == (x, grid)
+    assert b_args[4].shape == x.shape and b_args[5] is None and b_args[6] == deterministic
     call = b_args[0]
     assert isinstance(f_args[0], _calls.GridSample) and isinstance(call, _calls.GridSample)
     assert (call.mode, call.padding, call.align_corners, call.output_mask) == (0, 1, False,
@@ -532,18 +544,22 @@ def test_cuda_grid_sampler_calls_the_triton_launchers(monkeypatch, deterministic
 def test_cuda_upsample_calls_the_triton_launchers(monkeypatch, deterministic):
     x, go = torch.randn(1, 2, 3, 4, 5), torch.randn(1, 2, 6, 8, 10)
     out, grad_input = torch.empty(1, 2, 6, 8, 10), torch.empty(1, 2, 3, 4, 5)
-    calls = _stand_in(monkeypatch, "upsample", forward=out, backward=grad_input)
+    out.normal_(), grad_input.normal_()
+    calls = _stand_in(monkeypatch, "upsample", forward=(out,), backward=(grad_input,))
     monkeypatch.setattr(volsample._config, "_deterministic", deterministic)
-    assert _upsample._upsample_trilinear3d_cuda(x, [6, 8, 10], True, [2.0, 2.0, 2.0]) is out
-    assert _upsample._upsample_trilinear3d_backward_cuda(go, [1, 2, 3, 4, 5], False,
-                                                         None) is grad_input
+    assert torch.equal(_upsample._upsample_trilinear3d_cuda(x, [6, 8, 10], True,
+                                                            [2.0, 2.0, 2.0]), out)
+    assert torch.equal(_upsample._upsample_trilinear3d_backward_cuda(go, [1, 2, 3, 4, 5], False,
+                                                                     None), grad_input)
     (f_name, f_args), (b_name, b_args) = calls
-    assert f_name == "forward" and f_args[1] is x
+    assert f_name == "forward" and f_args[1] is x and f_args[2].shape == out.shape
     call = f_args[0]
     assert isinstance(call, _calls.Upsample) and isinstance(b_args[0], _calls.Upsample)
     assert (call.output_shape, call.align_corners, call.scales) == ((1, 2, 6, 8, 10), True,
                                                                     (2.0, 2.0, 2.0))
-    assert b_name == "backward" and b_args[1] is go and b_args[2] == deterministic
+    # always reproducible on the GPU: no deterministic flag
+    assert b_name == "backward" and b_args[1] is go and len(b_args) == 3
+    assert b_args[2].shape == grad_input.shape
     call = b_args[0]
     assert (call.input_shape, call.align_corners, call.scales) == ((1, 2, 3, 4, 5), False,
                                                                    (None, None, None))

@@ -175,8 +175,9 @@ def test_errors_are_volsample_and_pytorch_classes():
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_cuda_kernels_call_the_triton_launchers_with_the_description(monkeypatch, deterministic,
                                                                     mode):
-    """The ops' CUDA kernels build the Warp description and hand it, with the tensors, to
-    the launchers of volsample._triton.warp (a stand-in here: no GPU)."""
+    """The ops' CUDA kernels build the Warp description and hand it, with the tensors and
+    the results they allocate (None for a gradient not asked for), to the launchers of
+    volsample._triton.warp (a stand-in here: no GPU), and return those results."""
     import sys
     import types
 
@@ -186,18 +187,21 @@ def test_cuda_kernels_call_the_triton_launchers_with_the_description(monkeypatch
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"volsample::{name}", "CUDA")
     x, theta, u = operands(torch.float32, N=1, C=2, grad=False)
     go = torch.randn(1, 2, 3, 6, 4)
-    out, grads = torch.empty(1, 2, 3, 6, 4), (None, torch.empty(1, 3, 4), torch.empty_like(u))
     calls = []
     stand_in = types.SimpleNamespace(
-        forward=lambda *args: calls.append(("forward", args)) or out,
-        backward=lambda *args: calls.append(("backward", args)) or grads)
+        forward=lambda *args: calls.append(("forward", args)) or args[-1].fill_(1.0),
+        backward=lambda *args: calls.append(("backward", args)) or [
+            t.fill_(2.0) for t in args[-4:-1] if t is not None])
     monkeypatch.setitem(sys.modules, "volsample._triton.warp", stand_in)
     monkeypatch.setattr(volsample._config, "_deterministic", deterministic)
-    assert _warp._warp_3d_cuda(x, theta, u, [3, 6, 4], mode, 1, True, 1) is out
+    out = _warp._warp_3d_cuda(x, theta, u, [3, 6, 4], mode, 1, True, 1)
     gi, gt, gd = _warp._warp_3d_backward_cuda(go, x, theta, u, mode, 1, True, 1,
                                               [False, True, True])
-    assert gi.numel() == 0 and gt is grads[1] and gd is grads[2]
     (_, (call, *tensors)), (_, (bcall, *btensors)) = calls
+    assert tensors[3] is out and out.shape == (1, 2, 3, 6, 4) and bool((out == 1).all())
+    assert gi.numel() == 0 and btensors[4] is None
+    assert btensors[5] is gt and gt.shape == theta.shape and bool((gt == 2).all())
+    assert btensors[6] is gd and gd.shape == u.shape and bool((gd == 2).all())
     assert call.output_spatial == (3, 6, 4) and call.units == 1 and call.padding == 1
     assert call.mode == bcall.mode == mode
     assert tensors[0] is x and tensors[1] is theta and tensors[2] is u

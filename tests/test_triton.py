@@ -26,7 +26,9 @@ import triton.language as tl  # noqa: E402
 import volsample  # noqa: E402
 import volsample._triton as vt  # noqa: E402
 from volsample import _calls, _coords, _reference  # noqa: E402
+from volsample._triton import grid_coords as tgs_coords  # noqa: E402
 from volsample._triton import grid_sample as tgs  # noqa: E402
+from volsample._triton import grid_taps as tgs_taps  # noqa: E402
 from volsample._triton import upsample as tup  # noqa: E402
 from volsample.torch import _numpy_dtypes, _operands  # noqa: E402
 
@@ -44,18 +46,28 @@ TOLERANCE = {torch.float16: (2.0**-11 + 1e-4, 1e-4), torch.bfloat16: (2.0**-7 + 
 
 
 def grid_forward(volume, grid, mode, padding, align):
-    """The grid-sampling launcher on the checked description of these operands."""
+    """The grid-sampling launcher on the checked description of these operands, into a
+    result the caller allocates as the torch door does (the input's memory format)."""
     call = _calls.grid_sample(_operands.operand("input", volume), _operands.operand("grid", grid),
                               mode, padding, align, _operands.layout(volume), shape_order="NCDHW")
-    return tgs.forward(call, volume, grid)
+    out = torch.full(call.output_shape, float("nan"), dtype=volume.dtype).contiguous(
+        memory_format=vt.memory_format(volume))
+    tgs.forward(call, volume, grid, out)
+    return out
 
 
 def grid_backward(grad, volume, grid, mode, padding, align, output_mask, deterministic):
+    """(grad_input, grad_grid), None where not asked for, written into NaN-filled results."""
     call = _calls.grid_sample_backward(
         _operands.operand("grad_output", grad), _operands.operand("input", volume),
         _operands.operand("grid", grid), mode, padding, align, output_mask,
         _operands.layout(volume), shape_order="NCDHW")
-    return tgs.backward(call, grad, volume, grid, deterministic)
+    grad_input = (vt.new_volume(volume.shape, volume.dtype, volume).fill_(float("nan"))
+                  if output_mask[0] else None)
+    grad_grid = torch.full_like(grid, float("nan"), memory_format=torch.contiguous_format) \
+        if output_mask[1] else None
+    tgs.backward(call, grad, volume, grid, grad_input, grad_grid, deterministic)
+    return grad_input, grad_grid
 
 
 def upsample_call(input_shape, output_size, align, scales, like):
@@ -67,12 +79,17 @@ def upsample_call(input_shape, output_size, align, scales, like):
 
 
 def upsample_forward(volume, output_size, align, scales):
-    return tup.forward(upsample_call(volume.shape, output_size, align, scales, volume), volume)
+    call = upsample_call(volume.shape, output_size, align, scales, volume)
+    out = vt.new_volume(call.output_shape, volume.dtype, volume).fill_(float("nan"))
+    tup.forward(call, volume, out)
+    return out
 
 
-def upsample_backward(grad, input_size, align, scales, deterministic):
+def upsample_backward(grad, input_size, align, scales):
     call = upsample_call(input_size, grad.shape[2:], align, scales, grad)
-    return tup.backward(call, grad, deterministic)
+    grad_input = vt.new_volume(call.input_shape, grad.dtype, grad).fill_(float("nan"))
+    tup.backward(call, grad, grad_input)
+    return grad_input
 
 
 def assert_close(name, actual, expected, dtype):
@@ -337,6 +354,63 @@ def test_grid_sample_empty(shape, out):
         assert gg.shape == grid.shape and not gg.any()
 
 
+def _window(shape, pad=2, dtype=torch.float64):
+    """A NaN-filled view of ``shape`` whose last axis is part of a longer one: a result
+    whose points do not lie at one stride, which the kernels cannot write as it is."""
+    return torch.full(tuple(shape[:-1]) + (shape[-1] + pad,), float("nan"),
+                      dtype=dtype)[..., :shape[-1]]
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_results_of_any_strides_are_written_whole(deterministic):
+    """The launchers write a caller's result of any strides whole, with the bits of a
+    dense one (through a dense copy, copied in), every gradient and every family."""
+    volume, grid, grad = make_problem(torch.float64, shape=(2, 3, 3, 4, 5))
+    codes = (0, 1, False)
+    call = _calls.grid_sample_backward(
+        _operands.operand("grad_output", grad), _operands.operand("input", volume),
+        _operands.operand("grid", grid), *codes, (True, True), "NCDHW", shape_order="NCDHW")
+    out = _window(grad.shape)
+    tgs.forward(call, volume, grid, out)
+    assert_bitwise("output", out, grid_forward(volume, grid, *codes))
+    grad_input, grad_grid = _window(volume.shape), _window(grid.shape, 1)
+    tgs.backward(call, grad, volume, grid, grad_input, grad_grid, deterministic)
+    expected = grid_backward(grad, volume, grid, *codes, (True, True), deterministic)
+    assert_close("grad_input", grad_input, expected[0], torch.float64)
+    assert_bitwise("grad_grid", grad_grid, expected[1])
+    up = upsample_call(volume.shape, (5, 6, 7), False, None, volume)
+    out = _window(up.output_shape)
+    tup.forward(up, volume, out)
+    assert_bitwise("upsampled", out, upsample_forward(volume, (5, 6, 7), False, None))
+    grad_up = torch.randn(up.output_shape, dtype=torch.float64)
+    grad_input = _window(volume.shape)
+    tup.backward(up, grad_up, grad_input)
+    assert_bitwise("upsampling's grad_input", grad_input,
+                   upsample_backward(grad_up, volume.shape, False, None))
+
+
+def test_workspace_counts_the_scratch_of_each_path():
+    """The deterministic gather's scratch grows with the points, the atomic scatter's is
+    the accumulator of a 16-bit grad_input alone; nothing without a grad_input to form
+    in nearest; upsampling's backward holds an intermediate volume per resized axis but
+    the last, and the dense copy of a result given that the kernels cannot write."""
+    def call(dtype, points, mode=0, mask=(True, True)):
+        return _calls.GridSample((2, 3, 4, 5, 6), (2, points, 4, 5, 3), dtype, np.float32,
+                                 mode, 0, False, "NCDHW", mask)
+    f32, f16 = np.dtype(np.float32), np.dtype(np.float16)
+    assert tgs.workspace_nbytes(call(f32, 6), deterministic=False) == 0
+    assert tgs.workspace_nbytes(call(f16, 6), deterministic=False) == 2 * 3 * 4 * 5 * 6 * 4
+    few, many = (tgs.workspace_nbytes(call(f32, n)) for n in (3, 6))
+    assert 0 < few < many
+    assert tgs.workspace_nbytes(call(f32, 6, mode=1, mask=(False, True))) == 0
+    up = upsample_call((2, 3, 4, 5, 6), (8, 10, 12), False, None, torch.empty(0))
+    one_axis = upsample_call((2, 3, 4, 5, 6), (4, 5, 12), False, None, torch.empty(0))
+    tables = tup.workspace_nbytes(one_axis, backward=True)
+    assert tables > 0 and tup.workspace_nbytes(up, backward=True) > 2 * 3 * 4 * 10 * 12 * 4
+    window = _window((2, 3, 4, 5, 6), dtype=torch.float32)
+    assert tup.workspace_nbytes(one_axis, backward=True, result=window) == tables + window.numel() * 4
+
+
 @pytest.mark.parametrize("kind", ["ncdhw", "channels_last"])
 @pytest.mark.parametrize("mode", list(MODES))
 def test_grid_sample_deterministic_is_bitwise_reproducible(mode, kind):
@@ -512,7 +586,7 @@ def test_cubic_64_bit_indexing_gives_the_same_bits(monkeypatch, mode):
 @triton.jit
 def _sixth_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     i = tl.arange(0, BLOCK)
-    tl.store(out_ptr + i, tgs._sixth(tl.load(x_ptr + i, mask=i < n, other=0.0)), mask=i < n)
+    tl.store(out_ptr + i, tgs_taps.sixth(tl.load(x_ptr + i, mask=i < n, other=0.0)), mask=i < n)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -553,12 +627,12 @@ def check_upsample(resize, align, dtype, kind):
     assert out.dtype == dtype and out.is_contiguous(memory_format=vt.memory_format(volume))
     assert_close("output", out, expected, dtype)
     results = []
-    for deterministic in (False, True):
-        gi = upsample_backward(grad, tuple(volume.shape), align, scales, deterministic)
+    for _ in range(2):
+        gi = upsample_backward(grad, tuple(volume.shape), align, scales)
         assert gi.dtype == dtype and gi.is_contiguous(memory_format=vt.memory_format(grad))
         assert_close("grad_input", gi, grad_expected, dtype)
         results.append(gi)
-    assert_bitwise("grad_input (deterministic or not)", *results)
+    assert_bitwise("grad_input (run twice)", *results)
 
 
 @pytest.mark.parametrize("align, dtype, kind", alternating_layouts([False, True], DTYPES))
@@ -580,19 +654,19 @@ def test_upsample_layouts(kind):
 def test_upsample_identity_and_empty():
     volume = torch.randn(2, 3, 3, 4, 5)
     assert torch.equal(upsample_forward(volume, (3, 4, 5), False, (None,) * 3), volume)
-    assert torch.equal(upsample_backward(volume, (2, 3, 3, 4, 5), True, None, True), volume)
+    assert torch.equal(upsample_backward(volume, (2, 3, 3, 4, 5), True, None), volume)
     assert upsample_forward(volume[:0], (6, 8, 10), False, None).shape == (0, 3, 6, 8, 10)
-    assert upsample_backward(volume[:, :0], (2, 0, 2, 2, 2), False, None, True).shape == (2, 0, 2, 2, 2)
+    assert upsample_backward(volume[:, :0], (2, 0, 2, 2, 2), False, None).shape == (2, 0, 2, 2, 2)
 
 
 def test_upsample_64_bit_indexing_gives_the_same_bits(monkeypatch):
     volume = torch.randn(2, 3, 3, 4, 5)
     grad = torch.randn(2, 3, 5, 7, 9)
     expected = (upsample_forward(volume, (5, 7, 9), False, None),
-                upsample_backward(grad, (2, 3, 3, 4, 5), False, None, True))
+                upsample_backward(grad, (2, 3, 3, 4, 5), False, None))
     monkeypatch.setattr(vt, "_INT32_LIMIT", 1)
     assert_bitwise("output", upsample_forward(volume, (5, 7, 9), False, None), expected[0])
-    assert_bitwise("grad_input", upsample_backward(grad, (2, 3, 3, 4, 5), False, None, True),
+    assert_bitwise("grad_input", upsample_backward(grad, (2, 3, 3, 4, 5), False, None),
                    expected[1])
 
 
@@ -607,7 +681,7 @@ def _reflect_kernel(x_ptr, folded_ptr, sign_ptr, n, W, H, D, ALIGN: tl.constexpr
     """The same coordinates folded along three axes of sizes W, H, D."""
     i = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + i, mask=i < n, other=0.0)
-    fx, fy, fz, gx, gy, gz = tgs.reflect(x, x, x, W, H, D, ALIGN)
+    fx, fy, fz, gx, gy, gz = tgs_coords.reflect(x, x, x, W, H, D, ALIGN)
     for k, f, g in ((0, fx, gx), (1, fy, gy), (2, fz, gz)):
         tl.store(folded_ptr + k * n + i, f, mask=i < n)
         tl.store(sign_ptr + k * n + i, g, mask=i < n)

@@ -16,6 +16,7 @@ pytest.importorskip("triton")
 from volsample import _calls  # noqa: E402
 from volsample import _reference as reference  # noqa: E402
 from volsample._tables import MODES, PADDINGS, UNITS  # noqa: E402
+from volsample._triton import memory_format  # noqa: E402
 from volsample._triton import warp as tw  # noqa: E402
 from volsample.torch import _operands  # noqa: E402
 
@@ -34,6 +35,24 @@ def _call(x, theta, u, grad_output, mode, padding_mode, align_corners, units, ma
                                     align_corners, UNITS.code(units), mask or (True,) * 3,
                                     shape_order="NCDHW", layout=_operands.layout(x))
     return forward, backward
+
+
+def _forward(call, x, theta, u):
+    """The warp launcher's forward into a NaN-filled result in the input's memory format."""
+    out = torch.full(call.output_shape, float("nan"), dtype=x.dtype).contiguous(
+        memory_format=memory_format(x))
+    tw.forward(call, x, theta, u, out)
+    return out
+
+
+def _backward(call, go, x, theta, u, deterministic):
+    """(grad_input, grad_theta, grad_displacement), None where not asked for, written into
+    NaN-filled results."""
+    results = [None if not want or like is None else torch.full_like(
+        like, float("nan"), dtype=x.dtype if like is x else like.dtype)
+        for want, like in zip(call.output_mask, (x, theta, u))]
+    tw.backward(call, go, x, theta, u, *results, deterministic)
+    return tuple(results)
 
 
 def _problem(dtype=torch.float64, coord_dtype=None, seed=0):
@@ -68,11 +87,11 @@ def test_float64_matches_the_reference(case):
         t, d = (theta if use_theta else None), (u if use_u else None)
         forward, backward = _call(x, t, d, go, mode, padding_mode, align_corners, units)
         what = f"theta={use_theta} u={use_u} {units} deterministic={deterministic}"
-        out = tw.forward(forward, x, t, d)
+        out = _forward(forward, x, t, d)
         expected = reference.warp_3d(x.numpy(), _numpy(t), _numpy(d), (3, 4, 5), mode,
                                      padding_mode, align_corners, units)
         np.testing.assert_allclose(out.numpy(), expected, 1e-12, 1e-12, err_msg=what)
-        grads = tw.backward(backward, go, x, t, d, deterministic)
+        grads = _backward(backward, go, x, t, d, deterministic)
         expected = reference.warp_3d_backward(go.numpy(), x.numpy(), _numpy(t), _numpy(d), mode,
                                               padding_mode, align_corners, units)
         for name, a, e in zip(("grad_input", "grad_theta", "grad_displacement"), grads,
@@ -91,12 +110,12 @@ def test_lower_precision_and_channels_last(dtype, coord_dtype):
     x, theta, u, go = _problem(dtype, coord_dtype, seed=1)
     x = x.contiguous(memory_format=torch.channels_last_3d)
     forward, backward = _call(x, theta, u, go, "bilinear", "border", False, "normalized")
-    out = tw.forward(forward, x, theta, u)
+    out = _forward(forward, x, theta, u)
     assert out.dtype == dtype and out.is_contiguous(memory_format=torch.channels_last_3d)
     tolerance = {torch.float32: 1e-4, torch.bfloat16: 2 ** -7, torch.float16: 2 ** -10}[dtype]
     expected = reference.warp_3d(_numpy(x), _numpy(theta), _numpy(u), None, "bilinear", "border")
     np.testing.assert_allclose(out.double().numpy(), expected, tolerance, 1e-2)
-    gi, gt, gd = tw.backward(backward, go, x, theta, u, True)
+    gi, gt, gd = _backward(backward, go, x, theta, u, True)
     assert gi.dtype == dtype and gt.dtype == gd.dtype == coord_dtype
     ri, rt, rd = reference.warp_3d_backward(_numpy(go), _numpy(x), _numpy(theta), _numpy(u),
                                             "bilinear", "border")
@@ -109,9 +128,9 @@ def test_output_mask_and_reproducible_theta():
     x, theta, u, go = _problem(torch.float32, seed=2)
     for mask in itertools.product([False, True], repeat=3):
         _, backward = _call(x, theta, u, go, "bilinear", "zeros", True, "voxels", mask)
-        grads = tw.backward(backward, go, x, theta, u, True)
+        grads = _backward(backward, go, x, theta, u, True)
         assert [g is not None for g in grads] == list(mask)
     _, backward = _call(x, theta, u, go, "bilinear", "zeros", True, "voxels")
-    first = tw.backward(backward, go, x, theta, u, False)[1]
-    again = tw.backward(backward, go, x, theta, u, False)[1]
+    first = _backward(backward, go, x, theta, u, False)[1]
+    again = _backward(backward, go, x, theta, u, False)[1]
     assert torch.equal(first.view(torch.int32), again.view(torch.int32))

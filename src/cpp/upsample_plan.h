@@ -1,6 +1,7 @@
 // Upsampling's per-call plan: the per-axis maps, the work items and the scratch they
 // need. Plain C++, compiled per ISA like every header the kernels include; the bindings
-// reach it through upsample.h's plan functions (workspace_nbytes, the GPU backend's tables).
+// reach it through upsample.h's plan functions (workspace_nbytes; the tables, which a test
+// holds against the GPU backend's, volsample/_upsample_maps.py).
 //
 // Trilinear weights are separable: along each axis the forward is a sparse matrix with
 // two entries per output index (taps i1, i0 with weights l1, l0, in that order; the one

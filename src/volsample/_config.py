@@ -1,12 +1,13 @@
 """Process-wide settings: CPU thread count and the deterministic flag.
 
-The thread count belongs to the CPU kernels and is kept in ``_cpu``, whose launchers read
-it; this module is where the rest of the package asks for both settings.
+The thread count belongs to the C++ backend, whose launchers read it, and is reached
+through the backends' seam (``_backends``); this module is where the rest of the package
+asks for both settings.
 """
 from __future__ import annotations
 
-from ._cpu import get_num_threads as get_num_threads
-from ._cpu import set_num_threads as set_num_threads
+from ._backends import get_num_threads as get_num_threads
+from ._backends import set_num_threads as set_num_threads
 
 _deterministic = True
 
@@ -25,4 +26,3 @@ def set_deterministic(flag: bool) -> None:
 def get_deterministic() -> bool:
     """Whether GPU backward kernels must be bitwise reproducible."""
     return _deterministic
-

@@ -1,7 +1,7 @@
 """Grid sampling's coordinate maths in Python, written once for any array namespace ``xp``
 (``numpy`` for the float64 reference, ``torch`` for the second-derivative terms of
-``volsample.torch``); the kernels' twins are ``src/cpp/coords.h`` and the helpers at the top
-of ``_triton/grid_sample.py``.
+``volsample.torch``); the kernels' twins are ``src/cpp/coords.h`` and
+``_triton/grid_coords.py``.
 
 An axis of size S maps a normalised coordinate c in [-1, 1] to a voxel coordinate;
 ``align_corners`` decides whether -1 and +1 are the centres (True) or the outer edges

@@ -2,7 +2,7 @@
 reference (``_reference``) and the torch derivatives along a grid direction
 (``torch/_grid_derivatives``) both take them from here, through the mode's entry in
 ``_tables.MODES``. The C++ core's twin is ``src/cpp/grid_taps.h``; the Triton kernels'
-is ``_cubic_weights`` in ``_triton/grid_sample.py``.
+is ``cubic_weights`` in ``_triton/grid_taps.py``.
 
 A mode's function takes ``f = x - floor(x)``, the voxel coordinate's fraction (an array of
 any namespace: NumPy, torch), and returns ``(weights, first, second)``: for each of the

@@ -31,12 +31,14 @@ def run_info(args: argparse.Namespace) -> int:
     import numpy as np
 
     import volsample
-    from volsample import _cpu
+    from volsample import _backends
+
+    cpu = _backends.cpu_core()
 
     print(f"volsample {volsample.__version__}")
     print(f"numpy {np.__version__}")
-    print(f"CPU threads: {volsample.get_num_threads()} (of {_cpu._MAX_THREADS})")
-    print(f"CPU kernels: {_cpu.isa()} (this CPU runs: {', '.join(_cpu.supported_isas())})")
+    print(f"CPU threads: {volsample.get_num_threads()} (of {cpu.max_threads()})")
+    print(f"CPU kernels: {cpu.isa()} (this CPU runs: {', '.join(cpu.supported_isas())})")
     print(f"deterministic GPU reductions: {volsample.get_deterministic()}")
     try:
         import torch

@@ -29,10 +29,11 @@ import dask.array as da
 import numpy as np
 import numpy.typing as npt
 
-from . import _calls, _checks, _coords, _dtypes, _layout
-from ._cpu import grid_sample as _backend
+from . import _backends, _calls, _checks, _coords, _dtypes, _layout
 from ._errors import InvalidArgumentError
 from ._tables import BORDER, MODES, PADDINGS, REFLECTION
+
+_backend = _backends.cpu("grid_sample")
 
 # Linux's MAP_NORESERVE (Python < 3.13 does not name it): a mapping larger than memory
 # plus swap is then not refused up front by the kernel's overcommit heuristic.

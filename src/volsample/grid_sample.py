@@ -12,10 +12,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _calls, _checks, _config, _layout
-from ._cpu import grid_sample as _backend
-from ._cpu import preparable
+from . import _backends, _calls, _checks, _config, _layout
 from ._tables import MODES, PADDINGS
+
+_backend = _backends.cpu("grid_sample")
 
 
 def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
@@ -81,7 +81,7 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     arrays = _layout.logical(input, call.layout), grid, out
     _backend.forward(call, *arrays)
     out = _layout.physical(out, call.layout)
-    if key is not None and preparable(*arrays):
+    if key is not None and _backend.preparable(*arrays):
         kernel = _backend.prepare_forward(call, *arrays)
         if kernel is not None:
             _calls.remember(_PREPARED_FORWARDS, key, _PreparedForward(
@@ -157,7 +157,7 @@ def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np
     arrays = (_layout.logical(grad_output, call.layout), _layout.logical(input, call.layout),
               grid, grad_input, grad_grid)
     kernel = None
-    if key is not None and preparable(*arrays):
+    if key is not None and _backend.preparable(*arrays):
         kernel = _backend.prepare_backward(call, *arrays)
     if kernel is None:  # (a 16-bit grad_input, or nothing to compute)
         _backend.backward(call, *arrays)

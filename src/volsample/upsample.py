@@ -15,9 +15,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _calls, _checks, _config, _layout
-from ._cpu import preparable
-from ._cpu import upsample as _backend
+from . import _backends, _calls, _checks, _config, _layout
+
+_backend = _backends.cpu("upsample")
 
 
 def _shapes_call(input_shape, output_shape, dtype, align_corners, scales, layout):
@@ -133,7 +133,7 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
 
 
 def _preparable(key, *arrays) -> bool:
-    return key is not None and preparable(*arrays)
+    return key is not None and _backend.preparable(*arrays)
 
 
 class _Prepared(NamedTuple):

@@ -13,13 +13,14 @@ Semantics: docs/semantics.md.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _calls, _checks, _config, _layout
-from ._cpu import warp as _backend
+from . import _backends, _calls, _checks, _config, _layout
 from ._tables import MODES, PADDINGS, UNITS
+
+_backend = _backends.cpu("warp")
 
 
 def _arrays(**values):
@@ -132,7 +133,7 @@ def _prepared_call(cache, arrays, *arguments):
 class _PreparedForward(NamedTuple):
     """A forward's prepared kernel (``_cpu.warp.prepare_forward``), its description
     (``out``'s checks) and its result's allocator (``_layout.allocator``)."""
-    kernel: _backend.PreparedWarp
+    kernel: Any  # the C++ backend's PreparedWarp
     call: _calls.Warp
     allocate: Callable[[], np.ndarray]
 
@@ -140,7 +141,7 @@ class _PreparedForward(NamedTuple):
 class _PreparedBackward(NamedTuple):
     """A backward's prepared kernel (``_cpu.warp.prepare_backward``), its description and
     its gradients' allocators (``_gradient_allocators``)."""
-    kernel: _backend.PreparedWarp
+    kernel: Any  # the C++ backend's PreparedWarp
     call: _calls.Warp
     allocators: tuple
 

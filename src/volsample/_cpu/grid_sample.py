@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import _layout
 from . import _kernels, operand, threads_for
+from . import preparable as preparable  # the family's contract: whether it may prepare
 
 
 def _threads(call, work: int, threads) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import _dtypes, _layout
 from . import _kernels, operand, threads_for
+from . import preparable as preparable  # the family's contract: whether it may prepare
 
 
 def _scales(scales) -> tuple[float, ...]:
@@ -115,7 +116,8 @@ def axis_map(in_size, out_size, align_corners, scale, dtype, transposed=False):
     """One axis's forward map (``transposed``: the backward's) as CSR arrays ``(starts,
     index, weight)``, weights in ``dtype`` (float32 or float64): row o of the forward
     holds (i1, l1) then (i0, l0), or the single entry (o, 1) where in == out; rows of the
-    transpose list their entries in increasing forward-row order. The GPU backend takes
-    its tables from here, so both compute the same coordinates and weights."""
+    transpose list their entries in increasing forward-row order: the tables the C++
+    kernels use, which ``tests/test_upsample_maps.py`` holds against the GPU backend's
+    (``volsample._upsample_maps``), bit for bit."""
     return _kernels.upsample_axis_map(in_size, out_size, align_corners, float(scale or 0.0),
                                       np.dtype(dtype) == _dtypes.FLOAT64, transposed)

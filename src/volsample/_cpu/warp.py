@@ -16,7 +16,8 @@ import math
 import numpy as np
 
 from .. import _layout
-from . import _kernels, operand, preparable
+from . import _kernels, operand
+from . import preparable as preparable  # the family's contract: whether it may prepare
 from . import grid_sample as _grid
 
 

@@ -1,8 +1,11 @@
 """Triton GPU kernels, one module per operator family (``grid_sample``, ``upsample``).
 
-Launchers take torch tensors in logical (N, C, D, H, W) order with any strides; kernels
-address every operand through its strides, so views cost no copy. Results are new dense
-tensors in the input's memory format: NCDHW, or channels_last_3d (NDHWC in memory).
+Launchers take the backends' contract (the C++ backend's, ``volsample._cpu``): a checked
+description from ``volsample._calls`` and torch tensors in logical (N, C, D, H, W) order
+with any strides; kernels address every operand through its strides, so views cost no
+copy. Results are the caller's tensors (the front doors allocate them in the input's
+memory format: NCDHW, or channels_last_3d), written whole; ``workspace_nbytes`` counts the
+scratch a call allocates beyond them. Nothing here needs the C++ extension.
 
 Tiling, shared by every kernel: one program per block of BLOCK_P spatial points of one
 batch item; channels go in chunks of BLOCK_C. In NCDHW the points are the contiguous
@@ -49,12 +52,36 @@ def new_volume(shape, dtype, like: torch.Tensor, zero: bool = False) -> torch.Te
     return t.zero_() if zero else t
 
 
-def dense_strides(t: torch.Tensor) -> tuple[int, int, int]:
-    """(batch, channel, point) strides of a dense volume made by ``new_volume``: the element
-    offset of (n, c, flat spatial index q) is n * sN + c * sC + q * sQ."""
-    if is_channels_last(t):
-        return t.stride(0), 1, t.shape[1]
-    return t.stride(0), t.stride(1), 1
+def point_strides(t: torch.Tensor) -> tuple[int, int, int] | None:
+    """(batch, channel, point) strides of a volume whose (D, H, W) points lie at one
+    stride in their flat order (a dense volume of either memory format, or a view like
+    one): the element offset of (n, c, flat spatial index q) is n * sN + c * sC + q * sQ,
+    as the kernels write their results. None for a volume whose points do not."""
+    _, _, D, H, W = t.shape
+    sN, sC, sD, sH, sW = t.stride()
+    sQ = sW if W > 1 else sH if H > 1 else sD
+    if (H > 1 and sH != W * sQ) or (D > 1 and sD != H * W * sQ):
+        return None
+    return sN, sC, sQ
+
+
+def writable_volume(out: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int]]:
+    """``out``, a caller's result, if the kernels can write it as it is
+    (``point_strides``), else a dense volume in its memory format (for ``written``), and
+    the (batch, channel, point) strides the kernels write it at."""
+    strides = point_strides(out)
+    if strides is None:
+        out = new_volume(out.shape, out.dtype, out)
+        strides = point_strides(out)
+        assert strides is not None  # a dense volume's points lie at one stride
+    return out, strides
+
+
+def written(computed: torch.Tensor, out: torch.Tensor) -> None:
+    """``out`` holds the result ``computed`` into it or into a stand-in for it (a dense
+    copy, a higher-precision accumulator): copied in, rounded where its dtype is narrower."""
+    if computed is not out:
+        out.copy_(computed)
 
 
 def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:

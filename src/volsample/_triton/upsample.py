@@ -2,9 +2,9 @@
 
 Along one axis the forward is a sparse matrix: output index o reads taps i1 and i0 with
 weights l1 and l0 (or, where the axis keeps its size, is the identity). The matrices come
-from the CPU backend's ``axis_map``, so both backends use the same coordinates and
-weights, bit for bit; its transposed form gives the backward's, each input index listing
-its outputs in increasing order.
+from ``volsample._upsample_maps``, whose tables are the C++ core's bit for bit, so both
+backends use the same coordinates and weights; its transposed form gives the backward's,
+each input index listing its outputs in increasing order.
 
 Forward: one program per block of output points reads the 8 taps and evaluates
 PyTorch's nested lerp ``fma(l0, v0, l1 * v1)`` along W, then H, then D.
@@ -17,15 +17,17 @@ fast path too.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from .._cpu.upsample import axis_map
-from . import (LAUNCH, block_of_points, compute_dtype, dense_strides, index_dtype,
-               is_channels_last, new_volume, on_device_of, programs,
-               split_spatial, tile, tl_dtype)
+from .._upsample_maps import axis_map
+from . import (LAUNCH, block_of_points, compute_dtype, index_dtype, is_channels_last,
+               new_volume, on_device_of, point_strides, programs, split_spatial, tile,
+               tl_dtype, writable_volume, written)
 
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 
@@ -172,19 +174,20 @@ def _adjoint_pass_kernel(src, dst, starts, index, weight,
              mask=mask)
 
 
-def forward(call, input):
-    """Trilinear resize of ``input`` (N, C, Di, Hi, Wi) as the checked ``call`` (a
-    ``_calls.Upsample``) says: SPEC §3. ``call.scales`` holds the per-axis scale factors
-    (D, H, W), None where the sizes define the ratio. Returns (N, C, Do, Ho, Wo) in the
-    input's dtype and memory format."""
+def forward(call, input, out) -> None:
+    """Trilinear resize of ``input`` (N, C, Di, Hi, Wi) into ``out`` (N, C, Do, Ho, Wo, the
+    input's dtype) as the checked ``call`` (a ``_calls.Upsample``) says: SPEC §3.
+    ``call.scales`` holds the per-axis scale factors (D, H, W), None where the sizes
+    define the ratio."""
     N, C, Do, Ho, Wo = call.output_shape
-    out = new_volume(call.output_shape, input.dtype, input)
     identity = [a == b for a, b in zip(call.input_shape[2:], (Do, Ho, Wo))]
     if out.numel() == 0:
-        return out
+        return
     if all(identity):
-        return out.copy_(input)
+        out.copy_(input)
+        return
     compute = compute_dtype(input.dtype)
+    target, strides = writable_volume(out)
     with on_device_of(input):
         maps = _matrices(call.input_shape[2:], (Do, Ho, Wo), call.align_corners, call.scales,
                          compute, input.device, transposed=False)
@@ -193,39 +196,66 @@ def forward(call, input):
         S = Do * Ho * Wo
         block_p, block_c = tile(C, 32, 256) if is_channels_last(input) else (256, 1)
         _forward_kernel[programs(N, S, block_p)](
-            input, out, *tables, C, S, Ho, Wo, *input.stride(), *dense_strides(out),
+            input, target, *tables, C, S, Ho, Wo, *input.stride(), *strides,
             ID_D=identity[0], ID_H=identity[1], ID_W=identity[2], COMPUTE=tl_dtype(compute),
-            INDEX=index_dtype(input, out), BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
-    return out
+            INDEX=index_dtype(input, target), BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+    written(target, out)
 
 
-def backward(call, grad_output, deterministic: bool):
-    """Gradient of ``forward`` with respect to its input, of logical shape
-    ``call.input_shape`` (N, C, Di, Hi, Wi): SPEC §3. Returns grad_output's dtype and
-    memory format.
-
-    Always bitwise reproducible (a gather, no atomics): ``deterministic`` changes nothing.
-    """
-    del deterministic  # one path serves both: see the module docstring
+def backward(call, grad_output, grad_input) -> None:
+    """The gradient of ``forward`` with respect to its input, into ``grad_input``
+    (``call.input_shape``, grad_output's dtype): SPEC §3. A gather, no atomics: bitwise
+    reproducible, whatever ``volsample.set_deterministic`` says."""
     input_size = call.input_shape
-    grad_input = new_volume(input_size, grad_output.dtype, grad_output)
     if grad_input.numel() == 0:
-        return grad_input
+        return
     if grad_input.shape == grad_output.shape:
-        return grad_input.copy_(grad_output)
+        grad_input.copy_(grad_output)
+        return
     compute = compute_dtype(grad_output.dtype)
+    target, _ = writable_volume(grad_input)
     with on_device_of(grad_output):
         maps = _matrices(input_size[2:], grad_output.shape[2:], call.align_corners,
                          call.scales, compute, grad_output.device, transposed=True)
         src = grad_output
         passes = [axis for axis in (4, 3, 2) if maps[axis - 2] is not None]
         for axis in passes:
-            shape = list(src.shape)
-            shape[axis] = input_size[axis]
-            dst = grad_input if axis == passes[-1] else new_volume(shape, compute, grad_output)
+            dst = target if axis == passes[-1] else new_volume(
+                _pass_shape(src.shape, axis, input_size), compute, grad_output)
             _adjoint_pass(src, dst, axis, maps[axis - 2])
             src = dst
-    return grad_input
+    written(target, grad_input)
+
+
+def _pass_shape(shape, axis, input_size):
+    """The shape after the adjoint pass along ``axis``: that axis at the input's size."""
+    shape = list(shape)
+    shape[axis] = input_size[axis]
+    return tuple(shape)
+
+
+def workspace_nbytes(call, backward: bool, result=None) -> int:
+    """Bytes of device memory the forward of ``call`` (or, with ``backward``, its backward)
+    allocates beyond its result: the per-axis tables, the backward's intermediate volumes
+    (one per resized axis but the last, in the compute dtype), and the dense copy of a
+    ``result`` (the caller's, when known) that the kernels cannot write as it is."""
+    src, dst = ((call.output_shape, call.input_shape) if backward
+                else (call.input_shape, call.output_shape))
+    if 0 in dst or src == dst:
+        return 0
+    compute = np.dtype(np.float64 if np.dtype(call.dtype) == np.float64 else np.float32)
+    total = 0 if result is None or point_strides(result) is not None else (
+        result.numel() * result.element_size())
+    shape = list(src)
+    resized = [axis for axis in (4, 3, 2) if src[axis] != dst[axis]]
+    for axis in resized:
+        # a row per result index; two entries per output index (of the forward)
+        entries = 2 * (src[axis] if backward else dst[axis])
+        total += (dst[axis] + 1) * 8 + entries * (8 + compute.itemsize)
+        if backward and axis != resized[-1]:
+            shape[axis] = dst[axis]
+            total += math.prod(shape) * compute.itemsize
+    return total
 
 
 def _adjoint_pass(src, dst, axis, matrix):
@@ -234,7 +264,8 @@ def _adjoint_pass(src, dst, axis, matrix):
     S = D * H * W
     block_p, block_c = tile(C, 32, 512) if is_channels_last(dst) else (512, 1)
     chunks = triton.cdiv(C, block_c)
+    _, strides = writable_volume(dst)  # dst is: the result, or a new volume
     _adjoint_pass_kernel[programs(N, S, block_p, chunks)](
-        src, dst, *matrix, C, S, H, W, chunks, *src.stride(), *dense_strides(dst),
+        src, dst, *matrix, C, S, H, W, chunks, *src.stride(), *strides,
         AXIS=axis, COMPUTE=tl_dtype(compute_dtype(src.dtype, dst.dtype)),
         INDEX=index_dtype(src, dst), BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)

@@ -9,7 +9,8 @@ fixed order (bitwise reproducible in both ``deterministic`` modes; the input gra
 follows ``deterministic`` as grid sampling's does).
 
 Operands are torch tensors: volumes logical (N, C, D, H, W) with any strides, theta
-(N, 3, 4) or None (the identity), displacement (N, Do, Ho, Wo, 3) or None (0).
+(N, 3, 4) or None (the identity), displacement (N, Do, Ho, Wo, 3) or None (0). Results
+are the caller's, written whole.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from .. import _coords
 from .._tables import VOXELS
 from . import compute_dtype, on_device_of
 from .grid_sample import Coordinates, sample, sample_backward
+from .grid_sample import workspace_nbytes as _grid_workspace_nbytes
 
 
 def coordinates(call, input, theta, displacement) -> Coordinates:
@@ -39,20 +41,27 @@ def coordinates(call, input, theta, displacement) -> Coordinates:
                        scaled=displacement is not None and call.units == VOXELS)
 
 
-def forward(call, input, theta, displacement):
-    """The warped input, (N, C, Do, Ho, Wo) in its dtype and memory format."""
+def forward(call, input, theta, displacement, out) -> None:
+    """Sample ``input`` at the warp's points into ``out`` ((N, C, Do, Ho, Wo), its dtype)."""
     with on_device_of(input):
-        return sample(input, coordinates(call, input, theta, displacement), call.mode,
-                      call.padding, call.align_corners)
+        sample(input, coordinates(call, input, theta, displacement), call.mode, call.padding,
+               call.align_corners, out)
 
 
-def backward(call, grad_output, input, theta, displacement, deterministic: bool):
-    """(grad_input, grad_theta, grad_displacement) as ``call.output_mask`` asks, None for
-    the others; grad_theta and grad_displacement in the coordinates' dtype."""
-    want_input, want_theta, want_displacement = call.output_mask
+def backward(call, grad_output, input, theta, displacement, grad_input, grad_theta,
+             grad_displacement, deterministic: bool = True) -> None:
+    """Write the gradients ``call.output_mask`` asks for (None for one not asked for),
+    whole; grad_theta and grad_displacement in the coordinates' dtype."""
     with on_device_of(input):
-        grad_input, grad_displacement, grad_theta = sample_backward(
-            grad_output, input, coordinates(call, input, theta, displacement), call.mode,
-            call.padding, call.align_corners, want_input, want_displacement, want_theta,
-            deterministic)
-    return grad_input, grad_theta, grad_displacement
+        sample_backward(grad_output, input, coordinates(call, input, theta, displacement),
+                        call.mode, call.padding, call.align_corners, grad_input,
+                        grad_displacement, grad_theta, deterministic)
+
+
+def workspace_nbytes(call, deterministic: bool = True) -> int:
+    """Bytes of device memory the backward allocates beyond its results: grid sampling's
+    (``grid_sample.workspace_nbytes``, the per-block sums of grad_theta included) and the
+    coordinate source's table and theta in the compute dtype."""
+    itemsize = call.compute_dtype.itemsize
+    table = (sum(call.output_spatial) + 3 + 12 * call.input_shape[0]) * itemsize
+    return _grid_workspace_nbytes(call, deterministic) + table

@@ -26,11 +26,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import _calls, _checks
-from .._cpu import grid_sample as _backend
-from .._cpu import preparable
+from .. import _backends, _calls, _checks
 from .._tables import MODES, PADDINGS
 from . import _runtime as rt
+
+_backend = _backends.cpu("grid_sample")
 
 OP = "aclnnGridSampler3DBackward"
 
@@ -193,7 +193,7 @@ def _prepare(call, *operands):
     """The call's prepared kernel, where it runs on these operands' memory as it is (the
     gradients dense: the kernel zeroes them whole); else None."""
     gradients = [a for a in operands[3:] if a is not None]
-    if not preparable(*operands) or not all(_dense(a) for a in gradients):
+    if not _backend.preparable(*operands) or not all(_dense(a) for a in gradients):
         return None
     return _backend.prepare_backward(call, *operands)
 

@@ -30,11 +30,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import _calls, _checks, _layout
-from .._cpu import preparable
-from .._cpu import upsample as _backend
+from .. import _backends, _calls, _checks, _layout
 from .._errors import InvalidArgumentError
 from . import _runtime as rt
+
+_backend = _backends.cpu("upsample")
 
 OP = "aclnnUpsampleTrilinear3dBackward"
 SCALE_NAMES = ("scalesD", "scalesH", "scalesW")
@@ -147,7 +147,7 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(
                                         gradInput.layout, shape_order="NCDHW", dialect=rt.ACL)
         operands = gradOut.logical(), gradInput.logical()
         plan = _Plan(call, _backend.workspace_nbytes(call, backward=True, result=operands[1]),
-                     _backend.prepare_backward(call, *operands) if preparable(*operands)
+                     _backend.prepare_backward(call, *operands) if _backend.preparable(*operands)
                      else None)
         if key is not None:
             _calls.remember(_PLANS, key, plan)

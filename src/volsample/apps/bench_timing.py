@@ -205,11 +205,11 @@ def cpu_model() -> str:
 
 
 def machine_info(threads):
-    from .. import _cpu
+    from .. import _backends
 
     return {"python": platform.python_version(), "machine": platform.machine(),
             "processor": platform.processor(), "cpu": cpu_model(),
-            "logical_cpus": os.cpu_count(), "isa": _cpu.isa(), "threads": threads,
+            "logical_cpus": os.cpu_count(), "isa": _backends.cpu_core().isa(), "threads": threads,
             "volsample": volsample.__version__, "numpy": np.__version__,
             "peers": peer_versions()}
 

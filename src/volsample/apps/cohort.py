@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 
-from .. import _cpu
+from .. import _backends
 from .._checks import VolsampleError
 from .._config import get_num_threads, set_num_threads
 from .._progress import ProgressBar
@@ -255,7 +255,7 @@ def register_subject(subject: Subject, args: argparse.Namespace,
     previous = get_num_threads()
     try:
         if threads is not None:
-            set_num_threads(min(threads, _cpu.max_threads()))
+            set_num_threads(min(threads, _backends.cpu_core().max_threads()))
         run = register.register_files(job)
         row = _row(subject, "done", similarity=run.similarity, dice=run.dice,
                    folds=run.folds.as_dict())

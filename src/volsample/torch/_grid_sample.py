@@ -17,10 +17,11 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _calls, _config
-from .._cpu import grid_sample as _cpu
+from .. import _backends, _calls, _config
 from .._tables import MODES, PADDINGS
-from . import _backends, _dispatch, _grid_call, _grid_jvp, _memory, _operands, _wording
+from . import _dispatch, _grid_call, _grid_jvp, _memory, _operands, _wording
+
+_cpu = _backends.cpu("grid_sample")
 
 _FORWARD_SCHEMA = ("(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, "
                    "bool align_corners) -> Tensor")
@@ -87,7 +88,9 @@ _PREPARED_FORWARDS = _calls.prepared_calls()
 @_dispatch.register_kernel(grid_sampler_3d, "cuda")
 def _grid_sampler_3d_cuda(input, grid, interpolation_mode, padding_mode, align_corners):
     call = _grid_call.describe(input, grid, interpolation_mode, padding_mode, align_corners)
-    return _backends.gpu_backend("grid_sample").forward(call, input, grid)
+    out = _memory.empty_volume(call.output_shape, input)
+    _backends.gpu("grid_sample").forward(call, input, grid, out)
+    return out
 
 
 @_dispatch.register_fake(grid_sampler_3d)
@@ -171,8 +174,10 @@ def _grid_sampler_3d_backward_cuda(grad_output, input, grid, interpolation_mode,
                                    align_corners, output_mask):
     call = _grid_call.describe_backward(grad_output, input, grid, interpolation_mode,
                                         padding_mode, align_corners, output_mask)
-    return _grid_call.returned(_backends.gpu_backend("grid_sample").backward(
-        call, grad_output, input, grid, _config.get_deterministic()), input, grid)
+    gradients = _grid_call.gradients(call, input, grid)
+    _backends.gpu("grid_sample").backward(call, grad_output, input, grid, *gradients,
+                                          _config.get_deterministic())
+    return _grid_call.returned(gradients, input, grid)
 
 
 @_dispatch.register_fake(grid_sampler_3d_backward)

@@ -3,21 +3,18 @@
 
 The prefilter is linear: its backward is its exact adjoint (``spline_coefficients_adjoint``),
 and the adjoint's own backward the prefilter again, so derivatives of any order and both AD
-modes hold. Plain CPU tensors run the NumPy functions on views of their memory (float64,
-rounded once to the volume's dtype). Other tensors (on CUDA, or batched by PyTorch's
-gradient checks) run the same linear map in torch ops: along each axis, the inverse of
-the axis' tridiagonal system (computed once per size in float64 on the host) applied as a
-matrix product in float64, which agrees with the NumPy solve to float64 round-off, rounded
-once to the volume's dtype.
+modes hold. Plain CPU tensors run the NumPy API's computation (``volsample._prefilter``)
+on views of their memory (float64, rounded once to the volume's dtype). Other tensors (on
+CUDA, or batched by PyTorch's gradient checks) run the same linear map in torch ops: along
+each axis, the inverse of the axis' tridiagonal system (``_prefilter.inverse``, computed
+once per size in float64 on the host) applied as a matrix product in float64, which
+agrees with the NumPy solve to float64 round-off, rounded once to the volume's dtype.
 """
 from __future__ import annotations
 
-import functools
-
-import numpy as np
 import torch
 
-from .. import _checks, spline
+from .. import _checks, _prefilter
 from .._tables import PADDINGS
 from . import _dispatch, _memory, _operands, _wording
 
@@ -32,9 +29,8 @@ def _filter(volume, padding: int, align_corners: bool, adjoint: bool):
     out = _memory.empty_volume(volume.shape, volume)
     if volume.numel() == 0:
         return out
-    function = spline.spline_coefficients_adjoint if adjoint else spline.spline_coefficients
-    coefficients = function(_memory.read_only_array(volume), PADDINGS.of(padding).name,
-                            align_corners)
+    coefficients = _prefilter.filtered(_memory.read_only_array(volume), padding, align_corners,
+                                       adjoint)
     _memory.writable_array(out)[...] = coefficients  # type: ignore[index]  # not None
     return out
 
@@ -44,21 +40,11 @@ def _device_filter(volume, padding: int, align_corners: bool, adjoint: bool):
     of the axis' system (its transpose for the adjoint)."""
     x = volume.to(torch.float64)
     for axis in (2, 3, 4):  # the axes' maps commute: they act on different axes
-        inverse = torch.tensor(_inverse(x.shape[axis], padding, align_corners), device=x.device)
+        inverse = torch.tensor(_prefilter.inverse(x.shape[axis], padding, align_corners),
+                               device=x.device)
         x = torch.tensordot(inverse.T if adjoint else inverse, x, dims=([1], [axis]))
         x = x.movedim(0, axis)
     return x
-
-
-@functools.lru_cache(maxsize=32)
-def _inverse(size: int, padding: int, align_corners: bool) -> np.ndarray:
-    """The inverse of the map from coefficients to the spline's samples at the voxel
-    centres along an axis of ``size`` voxels (``volsample.spline``'s tridiagonal system)."""
-    below, on, above = spline._system(size, padding, align_corners)
-    samples = np.diag(on) + np.diag(below[1:], -1) + np.diag(above[:-1], 1)
-    inverse = np.linalg.inv(samples / 6)
-    inverse.flags.writeable = False
-    return inverse
 
 
 class _Prefilter(_dispatch.Function):

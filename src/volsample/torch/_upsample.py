@@ -16,10 +16,11 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _calls, _config
-from .._cpu import upsample as _cpu
+from .. import _backends, _calls, _config
 from .._torch_formats import memory_format
-from . import _backends, _dispatch, _memory, _operands, _wording
+from . import _dispatch, _memory, _operands, _wording
+
+_cpu = _backends.cpu("upsample")
 
 _FORWARD_SCHEMA = ("(Tensor input, SymInt[3] output_size, bool align_corners, "
                    "float[]? scales=None) -> Tensor")
@@ -99,7 +100,9 @@ _PREPARED_BACKWARDS = _calls.prepared_calls()
 @_dispatch.register_kernel(upsample_trilinear3d, "cuda")
 def _upsample_trilinear3d_cuda(input, output_size, align_corners, scales=None):
     call = _describe(input, output_size, align_corners, scales)
-    return _backends.gpu_backend("upsample").forward(call, input)
+    out = _memory.empty_volume(call.output_shape, input)
+    _backends.gpu("upsample").forward(call, input, out)
+    return out
 
 
 @_dispatch.register_fake(upsample_trilinear3d)
@@ -121,8 +124,9 @@ def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales
 @_dispatch.register_kernel(upsample_trilinear3d_backward, "cuda")
 def _upsample_trilinear3d_backward_cuda(grad_output, input_size, align_corners, scales=None):
     call = _describe_backward(grad_output, input_size, align_corners, scales)
-    return _backends.gpu_backend("upsample").backward(call, grad_output,
-                                                      _config.get_deterministic())
+    grad_input = _memory.empty_volume(call.input_shape, grad_output)
+    _backends.gpu("upsample").backward(call, grad_output, grad_input)
+    return grad_input
 
 
 @_dispatch.register_fake(upsample_trilinear3d_backward)

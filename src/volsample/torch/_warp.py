@@ -18,13 +18,14 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _calls, _config, _coords
-from .._cpu import warp as _cpu
+from .. import _backends, _calls, _config, _coords
 from .._tables import MODES, PADDINGS, UNITS, VOXELS
-from . import _backends, _dispatch, _memory, _operands, _wording
+from . import _dispatch, _memory, _operands, _wording
 from . import _grid_jvp, _grid_sample
 from ._warp_call import describe as _describe, describe_backward as _describe_backward
 from ._warp_call import gradients as _gradients, read as _read
+
+_cpu = _backends.cpu("warp")
 
 _FORWARD_SCHEMA = ("(Tensor input, Tensor? theta, Tensor? displacement, SymInt[3] size, "
                    "int interpolation_mode, int padding_mode, bool align_corners, "
@@ -99,7 +100,9 @@ def _warp_3d_cuda(input, theta, displacement, size, interpolation_mode, padding_
                   align_corners, displacement_units):
     call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
                      align_corners, displacement_units)
-    return _backends.gpu_backend("warp").forward(call, input, theta, displacement)
+    out = _memory.empty_volume(call.output_shape, input)
+    _backends.gpu("warp").forward(call, input, theta, displacement, out)
+    return out
 
 
 def _symbolic(*shapes) -> bool:
@@ -151,8 +154,10 @@ def _warp_3d_backward_cuda(grad_output, input, theta, displacement, interpolatio
                            padding_mode, align_corners, displacement_units, output_mask):
     call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
                               padding_mode, align_corners, displacement_units, output_mask)
-    return _returned(_backends.gpu_backend("warp").backward(
-        call, grad_output, input, theta, displacement, _config.get_deterministic()), input)
+    gradients = _gradients(call.output_mask, input, theta, displacement)
+    _backends.gpu("warp").backward(call, grad_output, input, theta, displacement, *gradients,
+                                   _config.get_deterministic())
+    return _returned(gradients, input)
 
 
 @_dispatch.register_fake(warp_3d_backward)

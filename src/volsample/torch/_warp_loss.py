@@ -19,13 +19,14 @@ import math
 import numpy as np
 import torch
 
-from .. import _checks, _coords
+from .. import _backends, _checks, _coords
 from .._errors import InvalidArgumentError
 from .._tables import MODES, PADDINGS, UNITS
-from .._cpu import warp as _cpu
 from . import _dispatch, _memory, _operands, _wording
 from . import _warp_call
 from ._warp import warp_3d, warp_3d_backward
+
+_cpu = _backends.cpu("warp")
 
 _SLAB_ELEMENTS = 1 << 21  # a slab's warped values and displacement rows, about
 _REDUCTIONS = ("mean", "sum")

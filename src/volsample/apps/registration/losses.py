@@ -14,8 +14,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ... import _backends
 from ..._checks import InvalidArgumentError
-from ..._cpu import similarity as _similarity_kernels
+
+_similarity_kernels = _backends.cpu("similarity")
 
 _NCC_EPS = 1e-5  # keeps the local NCC finite (and 0) in flat windows
 

@@ -9,12 +9,13 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from ... import _coords, _layout
-from ..._cpu import upsample as _upsample_kernels
+from ... import _backends, _coords, _layout
 from ...spline import spline_coefficients
 from ...warp import warp_3d, warp_3d_backward
 from .geometry import _SAMPLING, Frame, voxel_to_normalised
 from .losses import LocalNCC, MeanSquares, _within, similarity_measure, smoothness
+
+_upsample_kernels = _backends.cpu("upsample")
 
 
 def interpolant(volume: np.ndarray, interp: str = "bilinear") -> np.ndarray:
