@@ -14,8 +14,9 @@ matter, 2 white matter: where that map is above one half) go through the same ma
 Each registration tool runs in a child process of its own (its wall time and its peak
 resident set are that process's), on the NIfTI files of the pair, with the same thread
 count: ``volsample register`` as a user runs it (reading and writing NIfTI included), and,
-where installed, ANTsPy's ``registration(type_of_transform="SyN")`` (its call timed alone
-as well). Each tool's result is read back as the moving world point psi(x) it assigns to every fixed
+where installed, the peers of ``bench_register_peers``: Greedy as its tutorial registers
+brain MRI (affine, then deformable) and ANTsPy's ``registration(type_of_transform="SyN")``
+(their registration calls timed alone as well). Each tool's result is read back as the moving world point psi(x) it assigns to every fixed
 voxel x, and scored by
 
 - Dice per label of the fixed labels against the moving labels warped (nearest);
@@ -40,9 +41,10 @@ from typing import Any
 import numpy as np
 
 from . import registration
+from .bench_register_peers import PEAK, PEERS, VOLSAMPLE
 
-TOOLS = ("volsample", "ants-syn")
-_TOOL_MODULES = {"volsample": "nibabel", "ants-syn": "ants"}
+TOOLS = ("volsample", *PEERS)
+_TOOL_MODULES = {"volsample": "nibabel", **{tool: peer.module for tool, peer in PEERS.items()}}
 LABELS = {1: "grey matter", 2: "white matter"}
 _TEMPLATE = "mni_icbm152_{}_tal_nlin_sym_09a_converted.nii.gz"
 
@@ -239,55 +241,6 @@ def map_error(pair: TemplatePair, psi: np.ndarray) -> float:
 # The tools, each in a child process
 # ---------------------------------------------------------------------------------------
 
-# Every child reports its own peak resident set (VmHWM: a fork's copy of this process's
-# pages, which the kernel's rusage would count, is not in it) on its last line of stderr.
-_PEAK = r"""
-import atexit, sys
-def _peak():
-    with open("/proc/self/status") as status:
-        kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-    print(f"peak-kB {kb}", file=sys.stderr)
-atexit.register(_peak)
-"""
-# volsample register, as ``python -m volsample register ...`` runs it
-_VOLSAMPLE_CHILD = r"""
-import sys
-from volsample.cli import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-# A child: runs one tool on the pair's files and leaves under OUT warped_labels.npy and
-# psi.npy (the moving world point of every fixed voxel), and prints its own timings.
-_ANTS_CHILD = r"""
-import json, sys, time
-import numpy as np
-import nibabel as nib
-import ants
-
-paths, out = json.loads(sys.argv[1]), sys.argv[2]
-fixed, moving = ants.image_read(paths["fixed"]), ants.image_read(paths["moving"])
-start = time.perf_counter()
-reg = ants.registration(fixed, moving, type_of_transform="SyN")
-seconds = time.perf_counter() - start
-labels = ants.image_read(paths["moving_labels"])
-warped = ants.apply_transforms(fixed, labels, reg["fwdtransforms"], interpolator="genericLabel")
-np.save(out + "/warped_labels.npy", np.rint(warped.numpy()).astype(np.int16))
-# psi: the moving voxel indices, as images on the moving grid, warped linearly (exact for a
-# linear function inside the grid), then through the moving NIfTI affine to world points
-image = nib.load(paths["moving"])
-index = np.stack(np.meshgrid(*(np.arange(n, dtype=np.float32) for n in image.shape),
-                             indexing="ij"), 0)
-mapped = []
-for channel in index:
-    ants_image = ants.from_numpy(channel, origin=moving.origin, spacing=moving.spacing,
-                                 direction=moving.direction)
-    mapped.append(ants.apply_transforms(fixed, ants_image, reg["fwdtransforms"],
-                                        interpolator="linear").numpy())
-index = np.stack(mapped, -1).astype(np.float64)
-np.save(out + "/psi.npy", index @ image.affine[:3, :3].T + image.affine[:3, 3])
-print(json.dumps({"registration_s": seconds}))
-"""
-
 @dataclasses.dataclass
 class ToolResult:
     tool: str
@@ -350,12 +303,13 @@ def run_tool(tool: str, pair: TemplatePair, paths: dict[str, str], folder: str,
     os.makedirs(out, exist_ok=True)
     env = _child_env(threads)
     if tool == "volsample":
-        argv = [sys.executable, "-c", _PEAK + _VOLSAMPLE_CHILD, "register", paths["fixed"],
+        argv = [sys.executable, "-c", PEAK + VOLSAMPLE, "register", paths["fixed"],
                 paths["moving"],
                 "--out", out, "--labels", paths["fixed_labels"], paths["moving_labels"],
                 "--no-progress", *register_args]
-    elif tool == "ants-syn":
-        argv = [sys.executable, "-c", _PEAK + _ANTS_CHILD, json.dumps(paths), out]
+    elif tool in PEERS:
+        argv = [sys.executable, "-c", PEAK + PEERS[tool].script, json.dumps(paths), out,
+                str(threads)]
     else:
         raise ValueError(f"tool: expected one of {TOOLS}, got {tool!r}")
     stdout, wall, cpu, peak = _measure_child(argv, env, out)
@@ -416,11 +370,10 @@ def tool_versions() -> dict[str, str | None]:
 
     from .. import __version__
 
-    packages = {"ants-syn": "antspyx"}
     versions: dict[str, str | None] = {"volsample": __version__}
-    for tool, package in packages.items():
+    for tool, peer in PEERS.items():
         try:
-            versions[tool] = importlib.metadata.version(package) if _have(
+            versions[tool] = importlib.metadata.version(peer.package) if _have(
                 _TOOL_MODULES[tool]) else None
         except importlib.metadata.PackageNotFoundError:
             versions[tool] = None
@@ -508,8 +461,8 @@ def read_json(path: str | os.PathLike) -> tuple[dict, list[ToolResult]]:
     return payload, results
 
 
-TOOL_TITLES = {"volsample": "volsample register", "ants-syn": "ANTs SyN",
-               "before": "the headers' alignment"}
+TOOL_TITLES = {"volsample": "volsample register", "before": "the headers' alignment",
+               **{tool: peer.title for tool, peer in PEERS.items()}}
 
 
 def plot(results: Sequence[ToolResult]) -> Any:
