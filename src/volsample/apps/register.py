@@ -93,6 +93,12 @@ def add_registration_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jacobian", action="store_true",
                         help="also write the deformation's Jacobian determinant map "
                              "(jacobian, on FIXED's grid)")
+    parser.add_argument("--model", choices=registration.MODELS, default=registration.DEFAULT_MODEL,
+                        help="the deformation: diffeomorphic (a stationary velocity on the "
+                             "control grid, integrated by scaling and squaring: invertible, "
+                             "no folds; the inverse is written too) or free-form (the control "
+                             "points' displacements; default "
+                             f"{registration.DEFAULT_MODEL})")
     parser.add_argument("--grid-spacing", type=float, default=4.0, metavar="VOXELS",
                         help="control-point spacing at full resolution (default 4)")
     parser.add_argument("--smoothness", type=float, metavar="WEIGHT",
@@ -153,7 +159,8 @@ def register_files(args: argparse.Namespace) -> _Run:
         registration.default_affine_iterations(fixed.data.shape, iterations)
     settings = dict(levels=args.levels, iterations=iterations,
                     affine_iterations=affine_iterations, grid_spacing=args.grid_spacing,
-                    weight=args.smoothness, lr=args.lr, tolerance=args.tolerance)
+                    weight=args.smoothness, lr=args.lr, tolerance=args.tolerance,
+                    model=args.model)
     return _register(fixed, moving, labels, args.loss, settings, args.out,
                      progress=not args.no_progress, interp=_INTERPOLATIONS[args.interp],
                      jacobian=args.jacobian)
@@ -243,6 +250,9 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
             result.history, loss, similarity, folds.result()[0]))
         outputs = {"warped": result.warp(moving.data, interp),
                    "displacement": result.displacement}
+        inverse = result.inverse_displacement
+        if inverse is not None:
+            outputs["inverse_displacement"] = inverse
         dice = None
         if labels is not None:
             fixed_labels, moving_labels = (v.data for v in labels)
@@ -256,9 +266,11 @@ def _register(fixed, moving, labels, loss, settings, out_dir, progress,
                     registration.dice(fixed_labels, warped_labels))
         volumes = {name: fixed.like(name, data) for name, data in outputs.items()}
         if fixed.image is not None:  # ITK's displacement field needs the fixed grid's header
-            volumes["displacement_itk"] = dataclasses.replace(
-                fixed.like("displacement_itk", transforms.itk_displacement(result.displacement)),
-                intent=transforms.NIFTI_INTENT_VECTOR)
+            for name in ("displacement", "inverse_displacement"):
+                if name in outputs:
+                    volumes[f"{name}_itk"] = dataclasses.replace(
+                        fixed.like(f"{name}_itk", transforms.itk_displacement(outputs[name])),
+                        intent=transforms.NIFTI_INTENT_VECTOR)
         if jacobian:
             volumes["jacobian"] = fixed.like("jacobian", folds.result()[1])
         files = _write_all(out_dir, volumes)

@@ -36,7 +36,8 @@ ellipsoids and blobs, with a label map, and a known smooth deformation of it.
 Modules, each importing only those above it in this list: ``geometry`` (coordinates, the
 control grid, ``Frame``), ``losses`` (the similarity measures, their registry
 ``SIMILARITIES``, the smoothness penalty), ``objectives`` (the stages' objectives and
-gradients), ``pyramid`` (the resolution levels), ``result`` (``RegistrationResult``),
+gradients), ``velocity`` (the diffeomorphic model: a stationary velocity's exponential and
+the inverse), ``pyramid`` (the resolution levels), ``result`` (``RegistrationResult``),
 ``stages`` (Adam's steps per stage), ``pipeline`` (``register``); ``evaluation`` (Dice, the
 error against a known map) and ``synthetic`` (the demo's pair) stand apart. This package
 re-exports their public names: one patched here reaches the command line, which calls
@@ -81,6 +82,7 @@ from .pipeline import normalise_intensity, register, resample
 from .pyramid import AFFINE_LEVEL_VOXELS, default_affine_iterations
 from .result import RegistrationResult
 from .stages import STALL_STEPS, Adam
+from .velocity import DEFAULT_MODEL, MODELS, dense_inverse, exponential
 from .synthetic import SyntheticPair, phantom, smooth_deformation, synthetic_pair
 
 __all__ = [
@@ -124,4 +126,8 @@ __all__ = [
     "DEFAULT_WEIGHTS",
     "STALL_STEPS",
     "AFFINE_LEVEL_VOXELS",
+    "exponential",
+    "dense_inverse",
+    "MODELS",
+    "DEFAULT_MODEL",
 ]

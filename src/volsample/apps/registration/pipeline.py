@@ -8,14 +8,14 @@ import numpy as np
 import numpy.typing as npt
 
 from ..._checks import InvalidArgumentError
-from ...upsample import upsample_trilinear_3d
 from ...warp import warp_3d
 from .geometry import _SAMPLING, IDENTITY_PARAMS, INTERPOLATIONS, Frame, dense_displacement
 from .losses import DEFAULT_WEIGHTS, LocalNCC, MeanSquares, _similarity, similarity_measure
 from .objectives import StepBuffers, _moving_linear, _sample, _warp_parts, interpolant
 from .pyramid import build_pyramid
-from .result import RegistrationResult
+from .result import RegistrationResult, _millimetres
 from .stages import affine_stage, deformable_stage
+from .velocity import DEFAULT_MODEL, MODELS, exponential
 
 
 def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
@@ -24,7 +24,7 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
              affine_iterations: int | Sequence[int] | None = None,
              grid_spacing: float = 4.0, weight: float | None = None, lr: float = 0.25,
              affine_lr: float = 0.01, window: int = 5, tolerance: float = 1e-3,
-             interp: str = "bilinear",
+             interp: str = "bilinear", model: str = DEFAULT_MODEL,
              callback: Callable[[str, int, int, float, float], None] | None = None
              ) -> RegistrationResult:
     """Register ``moving`` to ``fixed``: an affine stage, then a free-form deformation,
@@ -70,6 +70,11 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         The mode the moving volume is sampled in, in the optimisation and in the result's
         ``warped``; "bspline" samples the spline coefficients of each level's moving
         volume (``interpolant``), computed once per level.
+    model : {"diffeomorphic", "free-form"}
+        The deformable stage's map: the exponential of a stationary velocity on the control
+        grid ("diffeomorphic", the default: invertible, no folds; the result holds the
+        inverse too, ``RegistrationResult.inverse_displacement``), or the control grid's
+        displacements upsampled ("free-form").
     callback : callable(stage, level, iteration, objective, similarity), optional
         Called after every step (stage "affine" or "deformable"; levels counted from 0,
         coarsest first).
@@ -83,7 +88,8 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     moving_affine = _affine("moving_affine", moving_affine)
     steps, affine_steps = _check_arguments(
         loss, levels, iterations, affine_iterations, grid_spacing=grid_spacing, weight=weight,
-        lr=lr, affine_lr=affine_lr, window=window, tolerance=tolerance, interp=interp)
+        lr=lr, affine_lr=affine_lr, window=window, tolerance=tolerance, interp=interp,
+        model=model)
     weight = DEFAULT_WEIGHTS[loss] if weight is None else weight
     shape = fixed.shape
     frame = Frame.of(shape, fixed_affine, moving.shape, moving_affine)
@@ -102,7 +108,12 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     theta = frame.theta(params)
     control, measure = deformable_stage(pyramid, theta, shape, loss, weight, steps,
                                         grid_spacing=grid_spacing, lr=lr, window=window,
-                                        tolerance=tolerance, interp=interp, record=record)
+                                        tolerance=tolerance, interp=interp, record=record,
+                                        diffeomorphic=model == "diffeomorphic")
+    velocity = inverse = None
+    if model == "diffeomorphic":
+        velocity, control = control, exponential(control, shape)
+        inverse = exponential(-velocity, shape)
     # the full resolution's measure (the last level's, made for its steps or now) scores the
     # headers' alignment and the result
     if measure is None:
@@ -115,7 +126,7 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     del measure
     return RegistrationResult(frame.transform(params), _millimetres(control, fixed_affine, shape),
                               warped, control, history, fixed_affine, moving_affine,
-                              moving.shape, theta, shape, similarity, moved)
+                              moving.shape, theta, shape, similarity, moved, velocity, inverse)
 
 
 def _similarities(measure: MeanSquares | LocalNCC, moving: np.ndarray, frame: Frame,
@@ -127,21 +138,8 @@ def _similarities(measure: MeanSquares | LocalNCC, moving: np.ndarray, frame: Fr
     return measure.value(before), measure.value(warped)
 
 
-def _millimetres(control: np.ndarray, fixed_affine: np.ndarray, shape: Sequence[int]
-                 ) -> np.ndarray:
-    """d in mm along the fixed image's world axes, (D, H, W, 3) in Fortran order, of the
-    control grid (fixed voxels, channels (x, y, z)).
-
-    The voxels' (i, j, k) map to world axes on the control points (linear); upsampled with
-    the axes reversed, (1, 3, W, H, D), so that its transpose (D, H, W, 3) is laid out as
-    NIfTI stores it (Fortran order): written with no transposing copy."""
-    control_mm = control[0, ..., ::-1] @ fixed_affine[:3, :3].T.astype(np.float32)
-    return upsample_trilinear_3d(control_mm.T[None], size=tuple(shape[::-1]),
-                                 align_corners=True)[0].T
-
-
 def _check_arguments(loss, levels, iterations, affine_iterations, *, grid_spacing, weight, lr,
-                     affine_lr, window, tolerance, interp) -> tuple[list[int], list[int]]:
+                     affine_lr, window, tolerance, interp, model) -> tuple[list[int], list[int]]:
     """``register``'s settings checked (each wrong one named), and its steps per level:
     (deformable, affine)."""
     _similarity(loss)
@@ -163,6 +161,9 @@ def _check_arguments(loss, levels, iterations, affine_iterations, *, grid_spacin
     if interp not in INTERPOLATIONS:
         raise InvalidArgumentError(f"interp: expected one of {', '.join(map(repr, INTERPOLATIONS))}, "
                                    f"got {interp!r}")
+    if model not in MODELS:
+        raise InvalidArgumentError(f"model: expected one of {', '.join(map(repr, MODELS))}, "
+                                   f"got {model!r}")
     return steps, affine_steps
 
 

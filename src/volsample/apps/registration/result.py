@@ -3,14 +3,17 @@ how to warp other volumes the same way."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import numpy as np
 
 from ... import _dtypes
 from ..._checks import InvalidArgumentError
+from ...upsample import upsample_trilinear_3d
 from ...warp import warp_3d
 from .geometry import _SAMPLING, dense_displacement
 from .objectives import _moving_linear, interpolant
+from .velocity import dense_inverse
 
 
 @dataclasses.dataclass
@@ -45,6 +48,12 @@ class RegistrationResult:
         warp_3d's displacement of d (normalised units of the moving grid), which ``warp``
         samples at (None: made from ``control`` by each call; set it to None to release
         its memory).
+    velocity : ndarray, shape (1, cd, ch, cw, 3), or None
+        The diffeomorphic model's stationary velocity on the control grid (fixed voxels,
+        channels (x, y, z)), whose exponential is ``control`` (None: the free-form model).
+    inverse_control : ndarray, shape (1, cd, ch, cw, 3), or None
+        exp(-velocity): the control grid of the inverse map's displacement (None: the
+        free-form model, which has none).
     """
 
     transform: np.ndarray
@@ -59,6 +68,19 @@ class RegistrationResult:
     fixed_shape: tuple
     similarity: tuple
     moved: np.ndarray | None
+    velocity: np.ndarray | None = None
+    inverse_control: np.ndarray | None = None
+
+    @property
+    def inverse_displacement(self) -> np.ndarray | None:
+        """The inverse map's d', (D, H, W, 3) float32 in millimetres along the fixed image's
+        world axes on the fixed grid: the moving world point y maps back to the fixed point
+        z + d'(z), z = T^-1 y (``velocity.dense_inverse``). None for the free-form model.
+        Made when asked for."""
+        if self.inverse_control is None:
+            return None
+        inverse = dense_inverse(self.control, self.inverse_control, self.fixed_shape)
+        return inverse[0, ..., ::-1] @ self.fixed_affine[:3, :3].T.astype(np.float32)
 
     @property
     def fixed_displacement(self) -> np.ndarray:
@@ -91,3 +113,16 @@ class RegistrationResult:
         points = points + self.fixed_displacement[0, ..., ::-1]
         to_moving = np.linalg.inv(self.moving_affine) @ self.transform @ self.fixed_affine
         return points @ to_moving[:3, :3].T + to_moving[:3, 3]
+
+
+def _millimetres(control: np.ndarray, fixed_affine: np.ndarray, shape: Sequence[int]
+                 ) -> np.ndarray:
+    """d in mm along the fixed image's world axes, (D, H, W, 3) in Fortran order, of the
+    control grid (fixed voxels, channels (x, y, z)).
+
+    The voxels' (i, j, k) map to world axes on the control points (linear); upsampled with
+    the axes reversed, (1, 3, W, H, D), so that its transpose (D, H, W, 3) is laid out as
+    NIfTI stores it (Fortran order): written with no transposing copy."""
+    control_mm = control[0, ..., ::-1] @ fixed_affine[:3, :3].T.astype(np.float32)
+    return upsample_trilinear_3d(control_mm.T[None], size=tuple(shape[::-1]),
+                                 align_corners=True)[0].T

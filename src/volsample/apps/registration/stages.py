@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .geometry import IDENTITY_PARAMS, Frame, control_shape, refine
-from .losses import STALL_SCALES, LocalNCC, MeanSquares, similarity_measure
+from .losses import STALL_SCALES, LocalNCC, MeanSquares, similarity_measure, smoothness
 from .objectives import StepBuffers, affine_objective, objective
+from .velocity import Exponential
 
 # called after every step: (stage, level, iteration, objective, similarity)
 Record = Callable[[str, int, int, float, float], None]
@@ -82,10 +83,13 @@ def affine_stage(pyramid: Pyramid, frame: Frame, loss: str, steps: Sequence[int]
 
 def deformable_stage(pyramid: Pyramid, theta: np.ndarray, shape: Sequence[int], loss: str,
                      weight: float, steps: Sequence[int], *, grid_spacing: float, lr: float,
-                     window: int, tolerance: float, interp: str, record: Record
+                     window: int, tolerance: float, interp: str, record: Record,
+                     diffeomorphic: bool = False
                      ) -> tuple[np.ndarray, MeanSquares | LocalNCC | None]:
     """The finest control grid after ``steps[level]`` steps per level (see ``register``),
-    from no displacement, and the last level's measure (None when it took no step)."""
+    from no displacement, and the last level's measure (None when it took no step). With
+    ``diffeomorphic``, the grid holds a stationary velocity (``velocity``): the objective
+    reads its exponential, the smoothness penalty the velocity itself."""
     control = np.zeros((1,) + control_shape(shape, grid_spacing * 2 ** (len(pyramid) - 1))
                        + (3,), np.float32)
     measure = None
@@ -96,12 +100,30 @@ def deformable_stage(pyramid: Pyramid, theta: np.ndarray, shape: Sequence[int], 
         stall = _Stall(tolerance * STALL_SCALES[loss])
         buffers = StepBuffers()
         for it in range(steps[level]):
-            value, grad, sim = objective(control, fixed_l, moving_l, loss, weight, theta=theta,
-                                         full_shape=shape, measure=measure, interp=interp,
-                                         buffers=buffers)
+            if diffeomorphic:
+                value, grad, sim = _velocity_objective(control, fixed_l, moving_l, loss, weight,
+                                                       theta, shape, measure, interp, buffers)
+            else:
+                value, grad, sim = objective(control, fixed_l, moving_l, loss, weight,
+                                             theta=theta, full_shape=shape, measure=measure,
+                                             interp=interp, buffers=buffers)
             adam.step(grad)
             record("deformable", level, it, value, sim)
             if stall(value):
                 break
         del buffers  # the steps' parts
     return control, measure
+
+
+def _velocity_objective(velocity, fixed, moving, loss, weight, theta, shape, measure, interp,
+                        buffers):
+    """``objective`` of the velocity's exponential, the penalty on the velocity: (value,
+    d value / d velocity, similarity)."""
+    exponential = Exponential(shape)
+    value, grad, sim = objective(exponential.forward(velocity), fixed, moving, loss, 0.0,
+                                 theta=theta, full_shape=shape, measure=measure, interp=interp,
+                                 buffers=buffers)
+    spacing = [(n - 1) / (c - 1) for n, c in zip(shape, velocity.shape[1:4])]
+    penalty, grad_penalty = smoothness(velocity, spacing)
+    return (value + weight * penalty,
+            exponential.backward(grad) + velocity.dtype.type(weight) * grad_penalty, sim)
