@@ -73,12 +73,12 @@ print(json.dumps({"registration_s": seconds}))
 # then deformable on top of it, both NCC over 2x2x2 windows and 100x50x10 iterations,
 # single precision; its result applied by its own reslicing (-r warp affine)
 _GREEDY = _PEER_PRELUDE + r"""
-from picsl_greedy import Greedy3D
+from picsl_greedy import GreedyFloat3D
 
 affine, warp = out + "/affine.mat", out + "/warp.nii.gz"
 common = (f"-d 3 -float -threads {threads} -m NCC 2x2x2 -n 100x50x10 "
           f"-i {paths['fixed']} {paths['moving']}")
-greedy = Greedy3D()
+greedy = GreedyFloat3D()
 start = time.perf_counter()
 greedy.execute(f"{common} -a -dof 12 -ia-image-centers -o {affine}")
 greedy.execute(f"{common} -it {affine} -o {warp}")

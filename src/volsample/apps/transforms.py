@@ -54,10 +54,12 @@ def write_itk_affine(path: str, transform: np.ndarray) -> None:
         file.write(itk_affine_text(transform))
 
 
-def itk_displacement(displacement: np.ndarray) -> np.ndarray:
+def itk_displacement(displacement: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """d (D, H, W, 3) in RAS millimetres as ITK's displacement field data: (D, H, W, 1, 3)
     float32 in LPS millimetres (NIfTI's fifth axis holds a voxel's vector; the fourth,
     time, is 1). Written with the fixed image's affine and the vector intent, it is the
-    ITK displacement field of d on the fixed grid."""
-    lps = np.asarray(displacement, np.float32) * np.array([-1, -1, 1], np.float32)
+    ITK displacement field of d on the fixed grid. ``out``: where the LPS vectors go
+    (float32, d's shape; d itself, to make them in place)."""
+    lps = np.multiply(np.asarray(displacement, np.float32), np.array([-1, -1, 1], np.float32),
+                      out=out)
     return lps[:, :, :, None, :]

@@ -15,7 +15,10 @@ by ``warp_3d``, the grid never formed, at ``A x + u(x)``:
    theta's linear part. Its gradient runs back through ``warp_3d_backward``'s
    grad_displacement and the upsampling's adjoint. In the steps, d is made only over
    the parts of the volume the similarity reads (windows of the upsampling: the same
-   values as the whole field's there), and the gradient runs back from them alone.
+   values as the whole field's there), and the gradient runs back from them alone. With
+   the diffeomorphic model (the default) the control grid holds a stationary velocity v
+   and the displacements upsampled are exp(v), integrated on the control grid by scaling
+   and squaring (``velocity``); the inverse is exp(-v).
 
 The objective is an image similarity (MSE or local NCC), plus a smoothness penalty on the
 control grid in the deformable stage; Adam takes the steps. Coarse-to-fine: each level

@@ -79,8 +79,9 @@ class RegistrationResult:
         Made when asked for."""
         if self.inverse_control is None:
             return None
-        inverse = dense_inverse(self.control, self.inverse_control, self.fixed_shape)
-        return inverse[0, ..., ::-1] @ self.fixed_affine[:3, :3].T.astype(np.float32)
+        inverse = dense_inverse(self.control, self.inverse_control, self.fixed_shape)[0]
+        # channels (x, y, z) are voxel axes (k, j, i): the rows of L^T reversed take them to mm
+        return np.matmul(inverse, self.fixed_affine[:3, :3].T[::-1].astype(np.float32))
 
     @property
     def fixed_displacement(self) -> np.ndarray:

@@ -92,7 +92,8 @@ def dense_inverse(control: np.ndarray, inverse_control: np.ndarray,
     bring that to about 0.03."""
     forward = dense_displacement(control, shape)
     inverse = dense_displacement(inverse_control, shape)
+    scratch = np.empty_like(inverse)
     for _ in range(INVERSE_ITERATIONS):
-        inverse = warp_3d(forward, displacement=inverse, **_FIELD_SAMPLING)
-        np.negative(inverse, out=inverse)
+        warp_3d(forward, displacement=inverse, **_FIELD_SAMPLING, out=scratch)
+        np.negative(scratch, out=inverse)
     return inverse
