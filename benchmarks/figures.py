@@ -147,7 +147,12 @@ def register_table(rec: Records) -> str:
         f"| ANTsPy {m['versions']['ants-syn']} `registration(type_of_transform=\"SyN\")` | "
         f"{ants.wall_s:.1f} s, its call {ants.registration_s:.1f} s ({ants.cpu_s:.1f} s) | "
         f"{ants.peak_mb:.0f} MB | {dice(ants)} ({_mean_dice(ants):.3f}) | "
-        f"{ants.error_mm:.2f} mm |", "",
+        f"{ants.error_mm:.2f} mm |"] + [  # Greedy: in the records that ran it
+        f"| Greedy {m['versions']['greedy']} (its tutorial's brain MRI run, single precision) | "
+        f"{g.wall_s:.1f} s, its calls {g.registration_s:.1f} s ({g.cpu_s:.1f} s) | "
+        f"{g.peak_mb:.0f} MB | {dice(g)} ({_mean_dice(g):.3f}) | {g.error_mm:.2f} mm |"
+        for g in ([rec.tool("greedy")] if any(r.tool == "greedy" for r in rec.register) else [])
+    ] + ["",
         f"`volsample register`, reading and writing its NIfTI files, took "
         f"{ants.registration_s / ours.wall_s:.1f}x less wall time than ANTs' registration call "
         f"alone ({ants.wall_s / ours.wall_s:.1f}x less than ANTs' whole run) and "
