@@ -155,6 +155,51 @@ def test_itk_affine_maps_lps_points_as_the_world_affine_maps_ras_ones(tmp_path):
         assert_close("point", got, LPS * moved, 0, 1e-9)
 
 
+@pytest.mark.parametrize("suffix", [".tfm", ".mat"])
+def test_read_affine_maps_points_as_itk_does(tmp_path, suffix):
+    # An ITK affine about a centre, written by SimpleITK (text, and the MATLAB file ANTs
+    # writes): read_affine's RAS map takes each point where ITK takes it in LPS.
+    sitk = pytest.importorskip("SimpleITK")
+    if suffix == ".mat":
+        pytest.importorskip("scipy")
+    rng = np.random.default_rng(7)
+    itk = sitk.AffineTransform(3)
+    itk.SetMatrix(tuple((rotation(rng.uniform(-0.4, 0.4, 3))
+                         @ np.diag(rng.uniform(0.8, 1.2, 3))).ravel()))
+    itk.SetTranslation(tuple(rng.uniform(-9, 9, 3)))
+    itk.SetCenter(tuple(rng.uniform(-30, 30, 3)))
+    path = tmp_path / f"affine{suffix}"
+    sitk.WriteTransform(itk, str(path))
+    transform = transforms.read_affine(path)
+    for point in rng.uniform(-80, 80, (20, 3)):  # RAS mm
+        moved = transform[:3, :3] @ point + transform[:3, 3]
+        assert_close("point", LPS * moved, itk.TransformPoint(tuple(LPS * point)), 0, 1e-9)
+
+
+def test_read_affine_reads_back_what_register_writes(tmp_path):
+    transform = _random_affine(8)
+    transforms.write_itk_affine(str(tmp_path / "affine_itk.tfm"), transform)
+    np.savetxt(tmp_path / "affine.txt", transform, header="a comment line")
+    for name in ("affine_itk.tfm", "affine.txt"):
+        assert_close(name, transforms.read_affine(tmp_path / name), transform, 0, 1e-12)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("not a transform\n", "not an affine transform file"),
+    ("#Insight Transform File V1.0\nTransform: Euler3DTransform_double_3_3\n"
+     "Parameters: 0 0 0 0 0 0\nFixedParameters: 0 0 0\n", "found Euler3DTransform"),
+    ("#Insight Transform File V1.0\nTransform: AffineTransform_double_3_3\n"
+     "Parameters: 1 0 0 0 1 0\nFixedParameters: 0 0 0\n", "expected 12 parameters"),
+    ("1 0 0 0\n0 0 0 0\n0 0 1 0\n0 0 0 1\n", "singular"),
+])
+def test_read_affine_names_the_file_that_holds_no_affine(tmp_path, text, says):
+    path = tmp_path / "bad.tfm"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=says) as error:
+        transforms.read_affine(path)
+    assert str(path) in str(error.value)
+
+
 @pytest.mark.parametrize("flips", [((1, 1, 1), (1, 1, 1)), ((-1, 1, 1), (1, -1, -1))])
 def test_itk_affine_resamples_as_volsample_on_oriented_grids(tmp_path, flips):
     # Two images of rotated, flipped grids (NIfTI headers, read by ITK as LPS origin and
