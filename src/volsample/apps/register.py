@@ -97,6 +97,10 @@ def add_registration_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jacobian", action="store_true",
                         help="also write the deformation's Jacobian determinant map "
                              "(jacobian, on FIXED's grid)")
+    parser.add_argument("--initial-affine", metavar="FILE",
+                        help="start the affine stage from this world affine, FIXED to MOVING: an "
+                             "ITK or ANTs affine file (.tfm, .txt, .mat) or an affine.txt of "
+                             "volsample register (default: the headers' alignment)")
     parser.add_argument("--model", choices=registration.MODELS, default=registration.DEFAULT_MODEL,
                         help="the deformation: diffeomorphic (a stationary velocity on the "
                              "control grid, integrated by scaling and squaring: invertible, "
@@ -165,6 +169,11 @@ def register_files(args: argparse.Namespace) -> _Run:
                     affine_iterations=affine_iterations, grid_spacing=args.grid_spacing,
                     weight=args.smoothness, lr=args.lr, tolerance=args.tolerance,
                     model=args.model)
+    if args.initial_affine:
+        try:
+            settings["initial_affine"] = transforms.read_affine(args.initial_affine)
+        except ValueError as error:
+            raise CommandError(f"--initial-affine: {error}") from None
     return _register(fixed, moving, labels, args.loss, settings, args.out,
                      progress=not args.no_progress, interp=_INTERPOLATIONS[args.interp],
                      jacobian=args.jacobian)

@@ -140,5 +140,9 @@ class Frame:
         """T (4x4), world to world."""
         return self.centre @ _homogeneous(params) @ np.linalg.inv(self.centre)
 
+    def params(self, transform: np.ndarray) -> np.ndarray:
+        """The parameters S (3x4) of the world affine T (4x4): ``transform``'s inverse."""
+        return (np.linalg.inv(self.centre) @ transform @ self.centre)[:3]
+
 
 IDENTITY_PARAMS = np.eye(3, 4)  # T = I: the headers' alignment

@@ -2,6 +2,7 @@
 writes around them (``resample``, ``normalise_intensity``)."""
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy.typing as npt
 
 from ..._checks import InvalidArgumentError
 from ...warp import warp_3d
+from ..transforms import read_affine
 from .geometry import _SAMPLING, IDENTITY_PARAMS, INTERPOLATIONS, Frame, dense_displacement
 from .losses import DEFAULT_WEIGHTS, LocalNCC, MeanSquares, _similarity, similarity_measure
 from .objectives import StepBuffers, _moving_linear, _sample, _warp_parts, interpolant
@@ -25,6 +27,7 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
              grid_spacing: float = 4.0, weight: float | None = None, lr: float = 0.25,
              affine_lr: float = 0.01, window: int = 5, tolerance: float = 1e-3,
              interp: str = "bilinear", model: str = DEFAULT_MODEL,
+             initial_affine: npt.ArrayLike | str | os.PathLike | None = None,
              callback: Callable[[str, int, int, float, float], None] | None = None
              ) -> RegistrationResult:
     """Register ``moving`` to ``fixed``: an affine stage, then a free-form deformation,
@@ -75,6 +78,12 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
         grid ("diffeomorphic", the default: invertible, no folds; the result holds the
         inverse too, ``RegistrationResult.inverse_displacement``), or the control grid's
         displacements upsampled ("free-form").
+    initial_affine : ndarray, shape (4, 4), or path, optional
+        Where the affine stage starts: a world affine T (mm to mm, a fixed point to the
+        moving one, NIfTI's world axes: the result's ``transform``), or a file holding one
+        (``volsample.apps.transforms.read_affine``: ITK's and ANTs' affine files,
+        ``affine.txt``). Default: the identity, the headers' alignment. With no affine
+        steps the result's ``transform`` is this one.
     callback : callable(stage, level, iteration, objective, similarity), optional
         Called after every step (stage "affine" or "deformable"; levels counted from 0,
         coarsest first).
@@ -86,6 +95,12 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     fixed, moving = _volume("fixed", fixed), _volume("moving", moving)
     fixed_affine = _affine("fixed_affine", fixed_affine)
     moving_affine = _affine("moving_affine", moving_affine)
+    if isinstance(initial_affine, (str, os.PathLike)):
+        try:
+            initial_affine = read_affine(initial_affine)
+        except ValueError as error:
+            raise InvalidArgumentError(f"initial_affine: {error}") from None
+    initial = None if initial_affine is None else _affine("initial_affine", initial_affine)
     steps, affine_steps = _check_arguments(
         loss, levels, iterations, affine_iterations, grid_spacing=grid_spacing, weight=weight,
         lr=lr, affine_lr=affine_lr, window=window, tolerance=tolerance, interp=interp,
@@ -104,7 +119,8 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     voxel_mm = float(np.linalg.norm(fixed_affine[:3, :3], axis=0).max())
     params = affine_stage(pyramid, frame, loss, affine_steps, lr=lr, affine_lr=affine_lr,
                           voxel_mm=voxel_mm, window=window, tolerance=tolerance, interp=interp,
-                          record=record)
+                          record=record,
+                          start=IDENTITY_PARAMS if initial is None else frame.params(initial))
     theta = frame.theta(params)
     control, measure = deformable_stage(pyramid, theta, shape, loss, weight, steps,
                                         grid_spacing=grid_spacing, lr=lr, window=window,

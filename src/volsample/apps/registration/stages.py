@@ -59,10 +59,10 @@ class _Stall:
 
 def affine_stage(pyramid: Pyramid, frame: Frame, loss: str, steps: Sequence[int], *,
                  lr: float, affine_lr: float, voxel_mm: float, window: int, tolerance: float,
-                 interp: str, record: Record) -> np.ndarray:
+                 interp: str, record: Record, start: np.ndarray = IDENTITY_PARAMS) -> np.ndarray:
     """The affine's parameters (``Frame``) after ``steps[level]`` steps per level (see
-    ``register``), from the headers' alignment."""
-    params = IDENTITY_PARAMS.copy()
+    ``register``), from ``start`` (default: the headers' alignment)."""
+    params = start.copy()
     for level, (factor, fixed_l, moving_l) in enumerate(pyramid):
         step = np.full((3, 4), affine_lr * factor)
         step[:, 3] = lr * factor * voxel_mm
