@@ -124,12 +124,12 @@ def test_command_line_exit_codes_and_summary(inputs, tmp_path, capsys):
     code = main(["register-cohort", inputs["template"], *good, "--out", str(tmp_path / "a"),
                  "--no-progress", *FLAGS])
     assert code == 0
-    assert "1 subjects: 1 done, 0 failed" in capsys.readouterr().out
+    assert "1 subject: 1 done, 0 failed" in capsys.readouterr().out
     code = main(["register-cohort", inputs["template"], inputs["moving"][1], "--out",
                  str(tmp_path / "b"), "--no-progress", *FLAGS])
     captured = capsys.readouterr()
     assert code == 1
-    assert "1 subjects: 0 done, 1 failed" in captured.out
+    assert "1 subject: 0 done, 1 failed" in captured.out
     assert "failed: corrupt: MOVING: cannot read" in captured.err
 
 

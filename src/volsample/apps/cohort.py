@@ -94,7 +94,8 @@ def run_register_cohort(args: argparse.Namespace) -> int:
         return 2
     done = [row for row in rows if row["status"] == "done"]
     failed = [row for row in rows if row["status"] != "done"]
-    print(f"{len(rows)} subjects: {len(done)} done, {len(failed)} failed; table: "
+    print(f"{len(rows)} subject{'' if len(rows) == 1 else 's'}: {len(done)} done, "
+          f"{len(failed)} failed; table: "
           f"{os.path.abspath(os.path.join(args.out, TABLE))}")
     for row in failed:
         print(f"failed: {row['subject']}: {row['error']}", file=sys.stderr)
