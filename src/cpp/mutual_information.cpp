@@ -18,8 +18,13 @@ namespace vs {
 namespace VS_ISA {
 namespace {
 
-// A histogram weight w adds round(w 2^31): a bin of up to 2^32 voxels stays in an int64.
-constexpr double kFixedPoint = 2147483648.0;
+// A histogram weight w (at most 1) adds round(w 2^k), k as large as keeps the sum of every
+// voxel's weights, n 2^k, within 2^62: 2^-53 of a voxel for a few voxels, 2^-39 for 2^23.
+double fixed_point_unit(int64_t voxels) {
+  int bits = 0;
+  while (bits < 62 && (int64_t(1) << bits) < voxels) ++bits;
+  return std::ldexp(1.0, 62 - bits);
+}
 
 // Where a warped intensity sits among the moving bins: its four bins start at `first`,
 // at offset u in [0, 1] past the second one's centre; `inside`: not clamped to the range.
@@ -70,6 +75,7 @@ double mutual_information_of(const MutualInformationArgs& a) {
   T* grad = a.grad.empty() ? nullptr : a.grad.ptr<T>();
   const Binning binning{B, a.low, (a.high - a.low) / double(B - 4)};
   const int threads = std::max(a.threads, 1);
+  const double unit = fixed_point_unit(D * plane);
   std::vector<std::vector<int64_t>> partial(size_t(threads), std::vector<int64_t>(size_t(B) * B));
   {
     TeamCpus team(threads);
@@ -86,7 +92,7 @@ double mutual_information_of(const MutualInformationArgs& a) {
           const Place at = binning.place(double(J[i]));
           const Spline spline(at.u);
           int64_t* row = histogram + int64_t(f) * B + at.first;
-          for (int k = 0; k < 4; ++k) row[k] += int64_t(spline.w[k] * kFixedPoint + 0.5);
+          for (int k = 0; k < 4; ++k) row[k] += int64_t(spline.w[k] * unit + 0.5);
         }
     }
   }
@@ -117,7 +123,7 @@ double mutual_information_of(const MutualInformationArgs& a) {
       log_ratio[size_t(f) * B + m] = std::log(double(h) / double(of_moving[size_t(m)]));
     }
   if (!grad) return mi;
-  const double factor = a.grad_scale * kFixedPoint / (N * binning.width);
+  const double factor = a.grad_scale * unit / (N * binning.width);
   TeamCpus team(threads);
 #pragma omp parallel num_threads(threads)
   {
