@@ -96,7 +96,7 @@ def test_local_ncc_is_one_for_a_linear_intensity_map_and_small_for_noise():
     assert registration.local_ncc(fixed, noise)[0] < 0.1
 
 
-@pytest.mark.parametrize("loss", ["mse", "ncc"])
+@pytest.mark.parametrize("loss", sorted(registration.SIMILARITIES))
 @pytest.mark.parametrize("full_shape", [None, (13, 15, 17)],
                          ids=["finest level", "coarse level"])
 def test_objective_gradient_matches_finite_differences(loss, full_shape):
@@ -158,7 +158,7 @@ def test_frame_maps_world_points_as_the_affines_say():
     assert_close("gradient", frame.gradient(G), numeric, 1e-6, 1e-8)
 
 
-@pytest.mark.parametrize("loss", ["mse", "ncc"])
+@pytest.mark.parametrize("loss", sorted(registration.SIMILARITIES))
 @pytest.mark.parametrize("interp", registration.INTERPOLATIONS)
 def test_affine_objective_gradient_matches_finite_differences(loss, interp):
     # float64 end to end: similarity -> warp_3d_backward's grad_theta -> the frame's chain
@@ -237,7 +237,7 @@ def test_dice_and_deformation_error_exact_cases():
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(loss="l1"), "loss: expected one of 'mse', 'ncc', got 'l1'"),
+    (dict(loss="l1"), "loss: expected one of 'mse', 'ncc', 'mi', got 'l1'"),
     (dict(levels=0), "levels: expected an int >= 1"),
     (dict(iterations=[5, 5]), "iterations: expected an int >= 0 or 3 of them"),
     (dict(grid_spacing=0), "grid_spacing: expected a number > 0"),
@@ -711,7 +711,7 @@ def test_bench_volsample_with_no_steps_scores_as_the_headers(tmp_path):
     assert "volsample" in table and "before" in table
 
 
-@pytest.mark.parametrize("loss", ["mse", "ncc"])
+@pytest.mark.parametrize("loss", sorted(registration.SIMILARITIES))
 def test_similarity_value_alone_matches_the_value_with_its_gradient(loss):
     # value() takes a leaner path (no gradient buffers) than a call; the two must agree.
     fixed, warped = _smooth_volume((9, 10, 11), 30, np.float32), _smooth_volume((9, 10, 11), 31, np.float32)

@@ -53,8 +53,9 @@ class CommandError(Exception):
 
 def _add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--loss", choices=tuple(registration.SIMILARITIES), default="ncc",
-                        help="similarity: local normalised cross-correlation (default) or mean "
-                             "squared difference")
+                        help="similarity: local normalised cross-correlation (default), mean "
+                             "squared difference, or mutual information (images of different "
+                             "contrasts)")
     parser.add_argument("--no-progress", action="store_true",
                         help="no progress bar (shown by default when stderr is a terminal)")
 

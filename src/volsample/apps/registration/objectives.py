@@ -13,7 +13,7 @@ from ... import _backends, _coords, _layout
 from ...spline import spline_coefficients
 from ...warp import warp_3d, warp_3d_backward
 from .geometry import _SAMPLING, Frame, voxel_to_normalised
-from .losses import LocalNCC, MeanSquares, _within, similarity_measure, smoothness
+from .losses import Measure, _within, similarity_measure, smoothness
 
 _upsample_kernels = _backends.cpu("upsample")
 
@@ -162,7 +162,7 @@ def _moving_linear(theta: np.ndarray, full_shape: Sequence[int], dtype) -> np.nd
 
 def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, frame: Frame,
                      loss: str = "ncc", *, window: int = 5,
-                     measure: MeanSquares | LocalNCC | None = None, interp: str = "bilinear",
+                     measure: Measure | None = None, interp: str = "bilinear",
                      buffers: StepBuffers | None = None) -> tuple[float, np.ndarray, float]:
     """The affine stage's objective at one resolution, and its gradient.
 
@@ -192,7 +192,7 @@ def affine_objective(params: np.ndarray, fixed: np.ndarray, moving: np.ndarray, 
 def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc",
               weight: float = 0.0, *, theta: np.ndarray | None = None,
               full_shape: Sequence[int] | None = None, window: int = 5,
-              measure: MeanSquares | LocalNCC | None = None, interp: str = "bilinear",
+              measure: Measure | None = None, interp: str = "bilinear",
               buffers: StepBuffers | None = None) -> tuple[float, np.ndarray, float]:
     """The deformable stage's objective at one resolution, and its gradient.
 
@@ -204,8 +204,8 @@ def objective(control: np.ndarray, fixed: np.ndarray, moving: np.ndarray, loss: 
         The volumes at this resolution, each on its own grid, of ``control``'s dtype;
         ``moving`` as ``interpolant(moving, interp)`` gives it (for "bspline", its spline
         coefficients).
-    loss : {"mse", "ncc"}
-        The similarity term (NCC enters negated, so that lower is better).
+    loss : {"mse", "ncc", "mi"}
+        The similarity term (NCC and MI enter negated, so that lower is better).
     weight : float
         Weight of the smoothness penalty.
     theta : ndarray, shape (1, 3, 4), optional

@@ -12,7 +12,7 @@ from ..._checks import InvalidArgumentError
 from ...warp import warp_3d
 from ..transforms import read_affine
 from .geometry import _SAMPLING, IDENTITY_PARAMS, INTERPOLATIONS, Frame, dense_displacement
-from .losses import DEFAULT_WEIGHTS, LocalNCC, MeanSquares, _similarity, similarity_measure
+from .losses import DEFAULT_WEIGHTS, Measure, _similarity, similarity_measure
 from .objectives import StepBuffers, _moving_linear, _sample, _warp_parts, interpolant
 from .pyramid import build_pyramid
 from .result import RegistrationResult, _millimetres
@@ -38,8 +38,9 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
     fixed, moving : ndarray, shape (D, H, W)
         Volumes, each of any shape (at least 2 voxels per axis), intensities on comparable
         scales (e.g. both in [0, 1]); computed in float32.
-    loss : {"mse", "ncc"}
-        Similarity: mean squared difference, or local normalised cross-correlation.
+    loss : {"mse", "ncc", "mi"}
+        Similarity: mean squared difference, local normalised cross-correlation, or
+        Mattes mutual information (images of different contrasts).
     fixed_affine, moving_affine : ndarray, shape (4, 4), optional
         Voxel (i, j, k) to world (mm) affines, as in NIfTI headers; they give the starting
         alignment. Default: the identity (voxels are millimetres, the grids coincide).
@@ -145,7 +146,7 @@ def register(fixed: np.ndarray, moving: np.ndarray, loss: str = "ncc", *,
                               moving.shape, theta, shape, similarity, moved, velocity, inverse)
 
 
-def _similarities(measure: MeanSquares | LocalNCC, moving: np.ndarray, frame: Frame,
+def _similarities(measure: Measure, moving: np.ndarray, frame: Frame,
                   warped: np.ndarray, interp: str) -> tuple[float, float]:
     """The similarity of the headers' alignment (``moving`` as the optimisation samples it)
     and of the result (``warped``)."""

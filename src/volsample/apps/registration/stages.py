@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .geometry import IDENTITY_PARAMS, Frame, control_shape, refine
-from .losses import STALL_SCALES, LocalNCC, MeanSquares, similarity_measure, smoothness
+from .losses import STALL_SCALES, Measure, similarity_measure, smoothness
 from .objectives import StepBuffers, affine_objective, objective
 from .velocity import Exponential
 
@@ -85,7 +85,7 @@ def deformable_stage(pyramid: Pyramid, theta: np.ndarray, shape: Sequence[int], 
                      weight: float, steps: Sequence[int], *, grid_spacing: float, lr: float,
                      window: int, tolerance: float, interp: str, record: Record,
                      diffeomorphic: bool = False
-                     ) -> tuple[np.ndarray, MeanSquares | LocalNCC | None]:
+                     ) -> tuple[np.ndarray, Measure | None]:
     """The finest control grid after ``steps[level]`` steps per level (see ``register``),
     from no displacement, and the last level's measure (None when it took no step). With
     ``diffeomorphic``, the grid holds a stationary velocity (``velocity``): the objective
