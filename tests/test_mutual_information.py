@@ -7,6 +7,9 @@ again. The kernel must give the same bits for every thread count and ISA.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
@@ -215,3 +218,34 @@ def test_measure_bins_a_fixed_volume_of_any_memory_order():
     value, grad = measure(np.ascontiguousarray(fixed))
     assert value == registration.similarity("mi", np.ascontiguousarray(fixed), fixed)
     assert grad.shape == fixed.shape
+
+
+def test_bench_contrast_pair_is_non_monotonic_and_registered_with_mi(monkeypatch, tmp_path):
+    from test_register import _tiny_template_pair
+
+    from volsample.apps import bench_register as br
+
+    ramp = br.remap_contrast(np.linspace(0, 1, 1001).reshape(1, 1, -1)).ravel()
+    peak = int(np.argmax(ramp))
+    assert ramp[0] < 0.01 and 200 < peak < 800 and ramp[-1] < 0.5 * ramp[peak]
+    built, calls = [], []
+    pair = _tiny_template_pair()
+
+    def template_pair(scale, contrast=False):
+        built.append(contrast)
+        return dataclasses.replace(pair, moving=br.remap_contrast(pair.moving))
+
+    run_tool = br.run_tool
+
+    def recorded(tool, pair, paths, folder, threads, register_args=()):
+        calls.append(list(register_args))
+        return run_tool(tool, pair, paths, folder, threads, register_args)
+
+    monkeypatch.setattr(br, "template_pair", template_pair)
+    monkeypatch.setattr(br, "run_tool", recorded)
+    steps = ["--levels", "1", "--iterations", "0"]  # the plumbing: the headers' alignment
+    before, result = br.run(["volsample"], 2, 1, register_args=steps, folder=str(tmp_path),
+                            log=lambda row: None, contrast=True)
+    assert built == [True] and calls == [["--loss", "mi", *steps]]
+    assert result.dice == before.dice
+    assert json.load(open(tmp_path / "volsample" / "report.json"))["similarity"]["loss"] == "mi"

@@ -36,6 +36,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
                              "or 2 mm (a quick run)")
     parser.add_argument("--repeats", type=int, default=1, metavar="N",
                         help="with --register: rounds of runs (medians reported)")
+    parser.add_argument("--register-contrast", action="store_true",
+                        help="with --register: the moving image's contrast remapped by a smooth "
+                             "non-monotonic curve, and volsample registers with --loss mi")
 
 
 def select(workloads, quick=False, pattern=None):
@@ -48,7 +51,8 @@ def select(workloads, quick=False, pattern=None):
 def run_bench(args: argparse.Namespace) -> int:
     if args.register:
         threads = args.threads or volsample.get_num_threads()
-        return bench_register.main(args.register_scale, threads, args.repeats, args.json)
+        return bench_register.main(args.register_scale, threads, args.repeats, args.json,
+                                   contrast=args.register_contrast)
     workloads = select(suite(), args.quick, args.filter)
     if not workloads:
         print(f"volsample bench: error: --filter: no workload{' of --quick' if args.quick else ''} "

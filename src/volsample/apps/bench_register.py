@@ -24,7 +24,11 @@ voxel x, and scored by
   fixed voxels whose grey + white matter probability is above one half (phi is known in
   closed form, so no inverse is needed).
 
-``scale=2`` builds the same pair at 2 mm (moving 3 mm) for quick runs.
+``scale=2`` builds the same pair at 2 mm (moving 3 mm) for quick runs. ``contrast=True``
+remaps the moving image's normalised intensities x to ``remap_contrast(x) = sin(3 x)^2``, a
+smooth curve that rises, then falls (grey matter turns brightest, white matter darker,
+background stays dark: a contrast no linear map of a T1 gives), and volsample registers it
+with ``--loss mi``.
 """
 from __future__ import annotations
 
@@ -167,9 +171,16 @@ def _coarsen(volume, affine, factor):
     return smooth[::factor, ::factor, ::factor], out
 
 
-def template_pair(scale: int = 1) -> TemplatePair:
+def remap_contrast(volume: np.ndarray) -> np.ndarray:
+    """The contrast pair's intensities: sin(3 x)^2 of the normalised ones x (cut at 1.2)."""
+    x = registration.normalise_intensity(volume)
+    return (np.sin(3 * np.clip(x, 0, 1.2)) ** 2).astype(np.float32)
+
+
+def template_pair(scale: int = 1, contrast: bool = False) -> TemplatePair:
     """The fixed template at ``scale`` mm and the moving one at 1.5 ``scale`` mm, moved by
-    the known map, with bias and noise (deterministic)."""
+    the known map, with bias and noise (deterministic); with ``contrast``, the moving
+    intensities through ``remap_contrast``."""
     import nibabel as nib
     from scipy import ndimage
 
@@ -200,6 +211,8 @@ def template_pair(scale: int = 1) -> TemplatePair:
                   + _BIAS * unit[..., 2])
     level = np.percentile(moving, 99.5)
     moving = (moving * bias + rng.normal(0, _NOISE * level, moving_shape)).astype(np.float32)
+    if contrast:
+        moving = remap_contrast(moving)
     return TemplatePair(fixed.astype(np.float32), fixed_affine, fixed_labels,
                         brain_prob > 0.5, moving, moving_affine, moving_labels, known)
 
@@ -337,13 +350,16 @@ def unregistered(pair: TemplatePair) -> ToolResult:
 
 def run(tools: Sequence[str], scale: int = 1, threads: int = 2, repeats: int = 1,
         register_args: Sequence[str] = (), folder: str | None = None,
-        log: Callable[[str], None] = print) -> list[ToolResult]:
+        log: Callable[[str], None] = print, contrast: bool = False) -> list[ToolResult]:
     """Build the pair and run every tool in ``tools`` ``repeats`` times, interleaved (tool
-    after tool, round after round, so that a shared machine's drift moves all alike)."""
+    after tool, round after round, so that a shared machine's drift moves all alike); the
+    contrast pair (``contrast``) has volsample register with ``--loss mi``."""
+    if contrast:
+        register_args = ["--loss", "mi", *register_args]
     with tempfile.TemporaryDirectory(prefix="volsample-register-bench-") as scratch:
         folder = folder or scratch
         os.makedirs(folder, exist_ok=True)
-        pair = template_pair(scale)
+        pair = template_pair(scale, contrast)
         paths = write_pair(pair, folder)
         results = [unregistered(pair)]
         log(format_row(results[0]))
@@ -412,19 +428,21 @@ def format_table(results: Sequence[ToolResult]) -> str:
 
 
 def main(scale: int, threads: int, repeats: int = 1, json_path: str | None = None,
-         tools: Sequence[str] = TOOLS) -> int:
+         tools: Sequence[str] = TOOLS, contrast: bool = False) -> int:
     """``volsample bench --register``: run, print each run as it ends and the table."""
     installed = available_tools()
     versions = tool_versions()
     missing = [t for t in tools if not installed[t]]
     chosen = [t for t in tools if installed[t]]
     print(f"registration benchmark: MNI152 2009 template at {scale} mm (fixed) against its copy "
-          f"under a known map at {1.5 * scale:g} mm (moving); {threads} threads each, tools "
-          f"run one after another, {repeats} round(s)")
+          f"under a known map at {1.5 * scale:g} mm (moving"
+          + (", its contrast remapped by sin(3x)^2; volsample --loss mi" if contrast else "")
+          + f"); {threads} threads each, tools run one after another, {repeats} round(s)")
     print("tools: " + ", ".join(f"{t} {versions[t]}" for t in chosen)
           + "".join(f"; {t} skipped (not installed)" for t in missing))
     try:
-        results = run(chosen, scale, threads, repeats, log=lambda row: print(row, flush=True))
+        results = run(chosen, scale, threads, repeats, log=lambda row: print(row, flush=True),
+                      contrast=contrast)
     except ImportError as error:  # no nilearn or nibabel: the pair cannot be built
         print(f"volsample bench: error: {error}", file=sys.stderr)
         return 2
@@ -432,7 +450,8 @@ def main(scale: int, threads: int, repeats: int = 1, json_path: str | None = Non
     if json_path:
         write_json(json_path, results, scale, threads, versions,
                    f"volsample bench --register --register-scale {scale} --threads {threads} "
-                   f"--repeats {repeats} --json {json_path}")
+                   f"--repeats {repeats}{' --register-contrast' if contrast else ''} "
+                   f"--json {json_path}")
     return 0
 
 
