@@ -352,8 +352,9 @@ def run(tools: Sequence[str], scale: int = 1, threads: int = 2, repeats: int = 1
         register_args: Sequence[str] = (), folder: str | None = None,
         log: Callable[[str], None] = print, contrast: bool = False) -> list[ToolResult]:
     """Build the pair and run every tool in ``tools`` ``repeats`` times, interleaved (tool
-    after tool, round after round, so that a shared machine's drift moves all alike); the
-    contrast pair (``contrast``) has volsample register with ``--loss mi``."""
+    after tool, round after round, so that a shared machine's drift moves all alike); on
+    the contrast pair (``contrast``) volsample registers with ``--loss mi`` and Greedy with
+    ``-m NMI``."""
     if contrast:
         register_args = ["--loss", "mi", *register_args]
     with tempfile.TemporaryDirectory(prefix="volsample-register-bench-") as scratch:
@@ -361,6 +362,8 @@ def run(tools: Sequence[str], scale: int = 1, threads: int = 2, repeats: int = 1
         os.makedirs(folder, exist_ok=True)
         pair = template_pair(scale, contrast)
         paths = write_pair(pair, folder)
+        if contrast:  # the peers' measures for images of different contrasts
+            paths["greedy_metric"] = "NMI"
         results = [unregistered(pair)]
         log(format_row(results[0]))
         for _ in range(repeats):
@@ -436,7 +439,8 @@ def main(scale: int, threads: int, repeats: int = 1, json_path: str | None = Non
     chosen = [t for t in tools if installed[t]]
     print(f"registration benchmark: MNI152 2009 template at {scale} mm (fixed) against its copy "
           f"under a known map at {1.5 * scale:g} mm (moving"
-          + (", its contrast remapped by sin(3x)^2; volsample --loss mi" if contrast else "")
+          + (", its contrast remapped by sin(3x)^2; volsample --loss mi, Greedy -m NMI"
+             if contrast else "")
           + f"); {threads} threads each, tools run one after another, {repeats} round(s)")
     print("tools: " + ", ".join(f"{t} {versions[t]}" for t in chosen)
           + "".join(f"; {t} skipped (not installed)" for t in missing))

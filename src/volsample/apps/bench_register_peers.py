@@ -71,12 +71,14 @@ print(json.dumps({"registration_s": seconds}))
 
 # Greedy as its tutorial registers brain MRI: affine (12 dof, from the images' centres),
 # then deformable on top of it, both NCC over 2x2x2 windows and 100x50x10 iterations,
-# single precision; its result applied by its own reslicing (-r warp affine)
+# single precision; its result applied by its own reslicing (-r warp affine). The pair's
+# files may name another metric ("greedy_metric": NMI for the contrast pair).
 _GREEDY = _PEER_PRELUDE + r"""
 from picsl_greedy import GreedyFloat3D
 
 affine, warp = out + "/affine.mat", out + "/warp.nii.gz"
-common = (f"-d 3 -float -threads {threads} -m NCC 2x2x2 -n 100x50x10 "
+common = (f"-d 3 -float -threads {threads} -m {paths.get('greedy_metric', 'NCC 2x2x2')} "
+          f"-n 100x50x10 "
           f"-i {paths['fixed']} {paths['moving']}")
 greedy = GreedyFloat3D()
 start = time.perf_counter()
