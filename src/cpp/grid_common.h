@@ -256,8 +256,8 @@ struct GridGradientStore {
 
 // Zero planes [lo, hi) of a volume operand of element type T (plane n * D + z: every
 // channel's (H, W) slice at depth z of batch n): a backward task's share of grad_input,
-// zeroed by the task that then adds into it, so that the zeroing is shared out as the
-// scatter is and the planes are in cache when it starts.
+// zeroed by the task that then adds into it, just ahead of its scatter, so that the zeroing
+// is shared out as the scatter is and each plane is in cache when the scatter reaches it.
 template <class T>
 void zero_planes(const Strided& a, int64_t lo, int64_t hi) {
   const int64_t C = a.shape[1], D = a.shape[2], H = a.shape[3], W = a.shape[4];
