@@ -8,8 +8,9 @@
     python benchmarks/figures.py --charts DIR   # write the performance page's charts (PNG)
 
 The recorded files are the one source of the figures: ``benchmarks/results/cpu.json``
-(``volsample bench --json FILE``) and ``benchmarks/results/register.json`` (``volsample
-bench --register --json FILE``). Every table or sentence of README.md and docs/*.md that
+(``volsample bench --json FILE``), ``benchmarks/results/sweep.json`` (the size sweep alone:
+``volsample bench --filter sweep --threads 2 --json FILE``) and
+``benchmarks/results/register.json`` (``volsample bench --register --json FILE``). Every table or sentence of README.md and docs/*.md that
 quotes them sits between two markers,
 
     <!-- figures: NAME (drawn by benchmarks/figures.py) -->
@@ -31,12 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from volsample.apps import bench_plots, bench_report, bench_timing, bench_register
+from volsample.apps import bench_plots, bench_register, bench_report
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 RECORDED = RESULTS / "cpu.json"
 REGISTER = RESULTS / "register.json"
+SWEEP = RESULTS / "sweep.json"
 README = ROOT / "README.md"
 BEGIN = "<!-- figures: {} (drawn by benchmarks/figures.py) -->"
 END = "<!-- end of figures: {} -->"
@@ -50,16 +52,38 @@ def documents() -> list[Path]:
 
 
 class Records:
-    """The recorded runs: the bench harness's (``meta``, ``results``: ``bench_timing.Result``) and
-    the registration benchmark's (``register_meta``, ``register``: ``ToolResult``)."""
+    """The recorded runs: the bench harness's (``meta``, ``results``: ``bench_timing.Result``),
+    the registration benchmark's (``register_meta``, ``register``: ``ToolResult``) and the
+    size sweep's (``sweep_meta``, ``sweep``: ``bench_timing.Result``)."""
 
-    def __init__(self, meta: dict, results: list, register_meta: dict, register: list):
+    def __init__(self, meta: dict, results: list, register_meta: dict, register: list,
+                 sweep_meta: dict, sweep: list):
         self.meta, self.results = meta, results
         self.register_meta, self.register = register_meta, register
+        self.sweep_meta, self.sweep = sweep_meta, sweep
 
     @classmethod
-    def read(cls, cpu: Path = RECORDED, register: Path = REGISTER) -> Records:
-        return cls(*bench_report.read_json(cpu), *bench_register.read_json(register))
+    def read(cls, cpu: Path = RECORDED, register: Path = REGISTER,
+             sweep: Path = SWEEP) -> Records:
+        return cls(*bench_report.read_json(cpu), *bench_register.read_json(register),
+                   *bench_report.read_json(sweep))
+
+    def sweep_ratio(self, direction: str, kind: str, D: int) -> float:
+        """PyTorch's time over volsample's on a sweep row (the median of the rounds' ratios)."""
+        name = f"grid.{direction} sweep {kind} N1 C1 {D}^3"
+        return next(r.ratio for r in self.sweep
+                    if r.workload == name and r.implementation == "pytorch")
+
+    def per_point(self, direction: str, kind: str, implementation: str) -> dict[int, float]:
+        """{D: nanoseconds per point} of the sweep's rows of one direction ("fwd", "bwd"),
+        grid kind ("smooth", "random") and implementation."""
+        found = {}
+        for r in self.sweep:
+            m = _SWEEP_ROW.fullmatch(r.workload)
+            if m and m.groups()[:2] == (direction, kind) and r.implementation == implementation:
+                D = int(m.group(3))
+                found[D] = r.median_s * 1e9 / D**3
+        return dict(sorted(found.items()))
 
     def result(self, workload: str, implementation: str = "volsample"):
         return next(r for r in self.results
@@ -82,6 +106,7 @@ class Records:
 
 
 _x = bench_report.short_ratio
+_SWEEP_ROW = re.compile(r"grid\.(fwd|bwd) sweep (smooth|random) N1 C1 (\d+)\^3")
 
 
 def _times(ratio: float) -> str:
@@ -212,9 +237,60 @@ def door(rec: Records) -> str:
             f"call.")
 
 
+def _sweep_recorded(rec: Records) -> str:
+    m = rec.sweep_meta
+    load = m["load_average"]
+    return (f"{m['recorded'][:10]}, {m['machine']['cpu']}, {m['machine']['threads']} threads "
+            f"each, load average {load['before']:.1f} before and {load['after']:.1f} after; "
+            f"`benchmarks/results/sweep.json`")
+
+
+def sweep_plot(rec: Records) -> str:
+    """README's plot of the backward's cost per point against the volume's size, volsample
+    beside PyTorch (a Mermaid chart, which GitHub draws), and the ratios at either end."""
+    ours, torch = (rec.per_point("bwd", "smooth", impl) for impl in ("volsample", "pytorch"))
+    sizes = list(ours)
+    top = 10 * np.ceil(max(torch.values()) / 10 * 1.05)
+    ratio = lambda D: rec.sweep_ratio("bwd", "smooth", D)
+    return "\n".join([
+        "```mermaid",
+        "xychart-beta",
+        '    title "Grid sampling backward, ns per point: PyTorch (upper line), volsample (lower)"',
+        f'    x-axis "D: a D^3 volume sampled at D^3 points (smooth grid, N1 C1)" '
+        f"[{', '.join(map(str, sizes))}]",
+        f'    y-axis "ns per point" 0 --> {top:.0f}',
+        f"    line [{', '.join(f'{torch[D]:.1f}' for D in sizes)}]",
+        f"    line [{', '.join(f'{ours[D]:.1f}' for D in sizes)}]",
+        "```", "",
+        f"The backward's time per point from {sizes[0]}^3 to {sizes[-1]}^3 ({_sweep_recorded(rec)}):"
+        f" volsample {ours[sizes[0]]:.1f} to {ours[sizes[-1]]:.1f} ns, PyTorch "
+        f"{torch[sizes[0]]:.1f} to {torch[sizes[-1]]:.1f} ns, {_x(ratio(sizes[0]))} and "
+        f"{_x(ratio(sizes[-1]))} as fast."])
+
+
+def sweep_table(rec: Records) -> str:
+    """The performance page's table of the sweep: ns per point and PyTorch's time over
+    volsample's, per size, direction and grid."""
+    lines = [f"Recorded {_sweep_recorded(rec)}, by `{rec.sweep_meta['command']}`.", "",
+             "| D^3 | grid | forward: volsample | PyTorch | ratio "
+             "| backward: volsample | PyTorch | ratio |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for kind in ("smooth", "random"):
+        cells = {(d, impl): rec.per_point(d, kind, impl)
+                 for d in ("fwd", "bwd") for impl in ("volsample", "pytorch")}
+        for D in cells["bwd", "volsample"]:
+            row = [f"{D}^3", kind]
+            for d in ("fwd", "bwd"):
+                ours, torch = cells[d, "volsample"][D], cells[d, "pytorch"][D]
+                row += [f"{ours:.1f} ns", f"{torch:.1f} ns", _x(rec.sweep_ratio(d, kind, D))]
+            lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[Records], str]] = {
     "summary": summary, "tables": tables, "register": register_table, "cubic": cubic,
-    "labels": labels, "warp": warp, "warp-step": warp_step, "door": door}
+    "labels": labels, "warp": warp, "warp-step": warp_step, "door": door,
+    "sweep-plot": sweep_plot, "sweep-table": sweep_table}
 
 
 def drawn(text: str, records: Records | None = None) -> str:
@@ -238,9 +314,42 @@ def blocks(text: str) -> list[str]:
 
 # -- the charts --------------------------------------------------------------------------
 
+def plot_sweep(rec: Records):
+    """Nanoseconds per point against the volume's size D (a D^3 volume sampled at D^3
+    points), forward and backward, volsample and PyTorch, smooth (solid) and random
+    (dotted) grids, on a log axis. The matplotlib figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    fig, ax = plt.subplots(figsize=(bench_plots.CHART_WIDTH, 4.8), layout="constrained")
+    lines = (("bwd", "pytorch", "PyTorch, backward"), ("bwd", "volsample", "volsample, backward"),
+             ("fwd", "pytorch", "PyTorch, forward"), ("fwd", "volsample", "volsample, forward"))
+    for colour, (direction, impl, label) in zip(bench_plots.PALETTE, lines):
+        for kind, style in (("smooth", "-"), ("random", ":")):
+            cost = rec.per_point(direction, kind, impl)
+            ax.plot(list(cost), list(cost.values()), style, color=colour, marker="o",
+                    markersize=5, linewidth=2, label=f"{label}, {kind} grid")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    sizes = sorted({D for r in rec.sweep if (m := _SWEEP_ROW.fullmatch(r.workload))
+                    for D in [int(m.group(3))]})
+    ax.set_xticks(sizes, [f"{D}^3" for D in sizes])
+    ax.set_xlabel("D: a D^3 volume sampled at D^3 points (N1 C1, float32)", fontsize=12)
+    ax.set_ylabel("ns per point", fontsize=12)
+    ax.grid(color="0.88", linewidth=0.8)
+    ax.set_axisbelow(True)
+    ax.legend(fontsize=9, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.18), frameon=False)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return fig
+
+
 CHARTS = {"against-pytorch.png": lambda rec: bench_plots.plot_against_pytorch(rec.results),
           "against-others.png": lambda rec: bench_plots.plot_against_others(rec.results),
-          "registration.png": lambda rec: bench_register.plot(rec.register)}
+          "registration.png": lambda rec: bench_register.plot(rec.register),
+          "size-sweep.png": plot_sweep}
 
 
 def write_charts(folder: Path, records: Records | None = None) -> list[Path]:

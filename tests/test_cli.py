@@ -164,6 +164,17 @@ def test_standard_shapes_are_selected_by_name():
     assert not any("gib" in w.name for w in bench.select(bench_workloads.suite(), quick=True))
 
 
+def test_size_sweep_times_pytorch_alone():
+    # the other libraries' forwards would take most of the sweep's time at 256^3; the rest of
+    # the suite's forwards keep them (shrunk: sizes of 4 to 16)
+    for w in bench.select(bench_workloads.suite(shrink=16), pattern="grid.fwd *64^3"):
+        peers = set(w.build()) - {"volsample"}
+        if "sweep" in w.name:
+            assert peers == {"pytorch"}, w.name
+        else:
+            assert "scipy" in peers, w.name
+
+
 def test_gib_workload_reads_at_least_a_gibibyte():
     (gib,) = bench.select(bench_workloads.suite(), pattern="gib")
     assert gib.nbytes >= 1 << 30  # its volume alone is 512 * 512 * 1024 * 4 bytes

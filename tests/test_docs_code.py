@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^```(\S*)[^\n]*\n(.*?)^```$", re.S | re.M)
 RUN = {"python", "bash"}
-SHOWN = {"text"}  # synopses, formulas, diagrams: read, not run
+SHOWN = {"text", "mermaid"}  # synopses, formulas, diagrams (mermaid: a chart GitHub draws): read, not run
 
 # Shell lines this test leaves to CI: `.ci/run` installs the package from a fresh clone and
 # runs README's test command itself.
