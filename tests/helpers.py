@@ -77,8 +77,8 @@ class KernelRuns:
     forgotten first, so that each is prepared again)."""
 
     def __init__(self, monkeypatch, module, name):
-        from volsample import _calls
-        _calls.forget_prepared_calls()
+        from volsample import _prepared
+        _prepared.forget_prepared_calls()
         self.calls = 0
         launch, prepare = getattr(module, name), getattr(module, f"prepare_{name}", None)
 

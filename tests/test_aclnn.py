@@ -21,7 +21,7 @@ import torch
 from helpers import DTYPES, assert_bitwise_equal, assert_close, numpy_array, torch_tensor
 
 import volsample
-from volsample import _calls, aclnn
+from volsample import _calls, _prepared, aclnn
 from volsample.aclnn import _grid_sampler3d_backward, _upsample_trilinear3d_backward
 from volsample.aclnn import _runtime as aclnn_runtime
 
@@ -739,7 +739,7 @@ def test_computation_failure_is_runtime_error(valid_call, monkeypatch):
 
     def fail(*args, **kwargs):
         raise MemoryError("out of memory")
-    _calls.forget_prepared_calls()  # planned afresh: the run is one of these
+    _prepared.forget_prepared_calls()  # planned afresh: the run is one of these
     monkeypatch.setattr(OPERATOR_MODULE[op]._backend, "backward", fail)
     monkeypatch.setattr(OPERATOR_MODULE[op]._backend, "prepare_backward",
                         lambda *args: _FailingKernel())
@@ -754,7 +754,7 @@ def test_phase_one_internal_error_is_a_status(valid_grid, monkeypatch):
     """Even a bug behind phase one's checks reaches the caller as a status, not an exception."""
     def fail(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
-    _calls.forget_prepared_calls()  # planned afresh
+    _prepared.forget_prepared_calls()  # planned afresh
     monkeypatch.setattr(_grid_sampler3d_backward._backend, "workspace_nbytes", fail)
     result = aclnn.aclnnGridSampler3DBackwardGetWorkspaceSize(**valid_grid)
     assert result == (RUNTIME, 0, None)
@@ -771,7 +771,7 @@ def test_repeated_calls_run_their_plans_on_their_own_arrays(rng, dtype, fmt, den
     # gradients dense or with gaps, which the kernels leave alone: the general path), with
     # the NumPy API's bits on 1 and 2 threads. A read-only output of a planned call still
     # fails its check.
-    _calls.forget_prepared_calls()
+    _prepared.forget_prepared_calls()
 
     def output(shape, dense=dense):  # NaN (the kernels write every element), gaps unless dense
         full = np.full(shape[:-1] + (shape[-1] * (1 if dense else 2),), np.nan, dtype)
@@ -805,7 +805,7 @@ def test_repeated_calls_run_their_plans_on_their_own_arrays(rng, dtype, fmt, den
                                      (1.5, 1.4, 1.5), layout=LAYOUT[fmt]))
         # one plan per thread count, a prepared kernel where the arrays allow it
         for module in (_grid_sampler3d_backward, _upsample_trilinear3d_backward):
-            plans = list(module._PLANS.values())
+            plans = _prepared.kept(module.OP)
             assert len(plans) == 2
             sixteen_bit_gradient = module is _grid_sampler3d_backward and dtype == np.float16
             assert all((p.kernel is not None) == (dtype != ml_dtypes.bfloat16 and dense

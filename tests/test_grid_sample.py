@@ -13,7 +13,7 @@ from helpers import SIXTEEN_BIT, assert_bitwise_equal, assert_close, numpy_array
 import volsample
 from volsample import _cpu
 from volsample import _reference as reference
-from volsample import _calls
+from volsample import _calls, _prepared
 from volsample._cpu import grid_sample as cpu_grid
 
 MODES = ["bilinear", "nearest"]
@@ -266,7 +266,7 @@ def test_repeated_calls_run_on_their_own_arrays(layout, dtype):
     # Calls after the first of the same arrays' shapes, strides and dtypes run its prepared
     # kernel (bfloat16: the general path): each on its own arrays (strided views too), with
     # PyTorch's bits, on any thread count; a wrong argument of a prepared call still raises.
-    volsample.grid_sample._PREPARED_FORWARDS.clear()
+    _prepared.forget_prepared_calls()
     rng = np.random.default_rng(5)
     threads = volsample.get_num_threads()
     try:
@@ -299,7 +299,7 @@ def test_repeated_backward_calls_run_on_their_own_arrays(layout, dtype, mask):
     # As the forward's: calls after the first of a key run its prepared kernel (a 16-bit
     # grad_input: the general path), each on its own arrays (strided views at an offset),
     # with PyTorch's bits on 1 and 2 threads; a wrong argument of a prepared call raises.
-    _calls.forget_prepared_calls()
+    _prepared.forget_prepared_calls()
     rng = np.random.default_rng(6)
     sixteen = np.dtype(dtype).itemsize == 2
     threads = volsample.get_num_threads()
@@ -325,7 +325,7 @@ def test_repeated_backward_calls_run_on_their_own_arrays(layout, dtype, mask):
                 assert_bitwise_equal(f"call {k}: {name}", ours, theirs.astype(dtype))
         # (bfloat16 arrays are views of other dtypes' bits; float16 needs an accumulator)
         prepared = dtype != ml_dtypes.bfloat16 and not (sixteen and mask[0])
-        assert bool(volsample.grid_sample._PREPARED_BACKWARDS) == prepared
+        assert bool(_prepared.kept("grid_sample_3d_backward")) == prepared
         with pytest.raises(volsample.InvalidArgumentError, match="align_corners"):
             volsample.grid_sample_3d_backward(*stored, grid, "bilinear", "reflection", 1, mask,
                                               layout=layout)

@@ -25,7 +25,7 @@ from helpers import assert_close, assert_same_bits, numpy_array  # noqa: E402
 
 import volsample  # noqa: E402
 import volsample.torch as vt  # noqa: E402
-from volsample import InvalidArgumentError, UnsupportedDTypeError, _calls  # noqa: E402
+from volsample import InvalidArgumentError, UnsupportedDTypeError, _calls, _prepared  # noqa: E402
 from volsample._cpu import grid_sample as cpu_grid_sample  # noqa: E402
 from volsample._cpu import upsample as cpu_upsample  # noqa: E402
 from volsample.torch import _grid_sample, _memory, _operands, _upsample  # noqa: E402
@@ -177,7 +177,7 @@ def test_grid_sample_gradcheck(mode, padding_mode, align_corners):
 @pytest.mark.parametrize("input_grad,grid_grad", [(True, False), (False, True), (True, True)])
 def test_only_the_gradients_asked_for_are_computed(monkeypatch, input_grad, grid_grad):
     masks = []
-    _calls.forget_prepared_calls()  # prepared afresh, so that the spies see them
+    _prepared.forget_prepared_calls()  # prepared afresh, so that the spies see them
     for name in ("prepare_backward", "backward"):  # the kernel runs what either was asked
         real = getattr(cpu_grid_sample, name)
 
@@ -399,7 +399,7 @@ def test_ops_pass_tensor_memory_both_ways(monkeypatch, dtype, fmt):
     grid = torch.rand(1, 3, 4, 5, 3).to(dtype) * 2 - 1
     go = in_format(torch.randn(1, 4, 3, 4, 5).to(dtype), fmt)
     go_up = in_format(torch.randn(1, 4, 10, 12, 14).to(dtype), fmt)
-    _calls.forget_prepared_calls()  # prepared afresh, so that the spies see them
+    _prepared.forget_prepared_calls()  # prepared afresh, so that the spies see them
     backward = Spy(monkeypatch, cpu_grid_sample, "backward")
     spies = [Spy(monkeypatch, cpu_grid_sample, "prepare_forward"),
              Spy(monkeypatch, cpu_grid_sample, "prepare_backward"),
@@ -427,7 +427,7 @@ def test_ops_pass_tensor_memory_both_ways(monkeypatch, dtype, fmt):
 def test_first_calls_return_the_results_they_prepared_on(monkeypatch, fmt):
     # The first call of a key prepares its kernel on views of its own results and returns
     # those, allocating no second set (the spy holds the views: their memory stays taken).
-    _calls.forget_prepared_calls()
+    _prepared.forget_prepared_calls()
     prepared_on = []
     for module in (cpu_grid_sample, cpu_upsample):
         for name in ("prepare_forward", "prepare_backward"):
@@ -455,7 +455,7 @@ def test_repeated_calls_run_on_their_own_tensors(dtype, fmt):
     # The second and third calls of a shape run the kernels prepared by the first (grid
     # sampling and upsampling, forward and backward): on their own tensors (another offset into a storage too), with the NumPy API's bits, on any
     # thread count.
-    _calls.forget_prepared_calls()
+    _prepared.forget_prepared_calls()
     storage = torch.randn(3 * 2 * 4 * 5 * 6 * 7 + 3, dtype=torch.float64).to(dtype)
     volumes = [in_format(storage[k * 2 * 4 * 5 * 6 * 7 + k:][:2 * 4 * 5 * 6 * 7]
                          .reshape(2, 4, 5, 6, 7), fmt) for k in range(3)]

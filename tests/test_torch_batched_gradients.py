@@ -389,6 +389,7 @@ def test_parameters_take_the_fast_paths_with_the_same_bits():
     """``nn.Parameter`` (a theta or a grid being optimised) is a plain tensor: its eager
     calls find the prepared kernel (the eager cache holds their key), and give a plain
     tensor's bits, gradients included."""
+    from volsample import _prepared
     from volsample.torch import _grid_sample
 
     x, grid = _grid_problem(14, False)
@@ -397,8 +398,8 @@ def test_parameters_take_the_fast_paths_with_the_same_bits():
         out = vt.grid_sample(a, b, "bilinear", "border", False)
         return (out, *torch.autograd.grad(out.square().sum(), (a, b)))
     plain = sampled(*_leaves(x, grid))
-    _grid_sample._EAGER_CALLS.clear()
+    _prepared.forget_prepared_calls()
     parameters = sampled(torch.nn.Parameter(x.clone()), torch.nn.Parameter(grid.clone()))
-    assert len(_grid_sample._EAGER_CALLS) == 1
+    assert len(_prepared.kept(_grid_sample._EAGER)) == 1
     for ours, theirs in zip(parameters, plain):
         assert torch.equal(ours, theirs)

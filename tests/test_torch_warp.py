@@ -278,8 +278,8 @@ def test_repeated_calls_run_on_their_own_tensors(dtype, fmt, theta_given):
     other arguments, the thread count) run with the description and kernel arguments of
     the first (bfloat16, and a 16-bit grad_input: the general path), each on its own
     tensors, forward and fused backward: the NumPy API's bits, on 1 and 2 threads."""
-    from volsample import _calls
-    _calls.forget_prepared_calls()
+    from volsample import _prepared
+    _prepared.forget_prepared_calls()
     threads = volsample.get_num_threads()
     coord = torch.float64 if dtype == torch.float64 else torch.float32
     try:

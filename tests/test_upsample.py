@@ -18,7 +18,7 @@ from helpers import (SIXTEEN_BIT, assert_bitwise_equal, assert_close, numpy_arra
                      torch_tensor)
 
 import volsample
-from volsample import _calls
+from volsample import _prepared
 from volsample import _reference as ref
 from volsample import upsample as upsample_module
 from volsample._checks import InvalidArgumentError, UnsupportedDTypeError
@@ -395,13 +395,13 @@ def test_repeated_calls_run_on_their_own_arrays(layout, dtype, monkeypatch):
     # count) run its prepared kernel (bfloat16: the general path): each on its own arrays
     # (strided views at an offset; out= too), with the bits of the unprepared path on the
     # same arrays, on 1 and 2 threads; a wrong argument of a prepared call still raises.
-    _calls.forget_prepared_calls()
+    _prepared.forget_prepared_calls()
     rng = np.random.default_rng(13)
     threads = volsample.get_num_threads()
 
     def unprepared(run, *args, **kwargs):
         with monkeypatch.context() as m:
-            m.setattr(_calls, "prepared_call", lambda cache, *parts: (None, None))  # no kernel prepared
+            m.setattr(_prepared, "lookup", lambda site, *parts: (None, None))  # no kernel prepared
             return run(*args, **kwargs)
 
     try:
@@ -423,7 +423,8 @@ def test_repeated_calls_run_on_their_own_arrays(layout, dtype, monkeypatch):
             for name, (ours, expected) in results.items():
                 assert_bitwise_equal(f"call {k}: {name}", ours, expected)
         # per thread count: the forward's two keys (size, scale_factor), the backward's one
-        counts = len(upsample_module._PREPARED_FORWARDS), len(upsample_module._PREPARED_BACKWARDS)
+        counts = (len(_prepared.kept("upsample_trilinear_3d")),
+                  len(_prepared.kept("upsample_trilinear_3d_backward")))
         assert counts == ((0, 0) if dtype == ml_dtypes.bfloat16 else (4, 2))
         with pytest.raises(InvalidArgumentError, match="align_corners"):
             volsample.upsample_trilinear_3d(x, scale_factor=1.5, align_corners=0, layout=layout)

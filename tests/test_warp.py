@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from helpers import assert_bitwise_equal, assert_close
 
 import volsample
-from volsample import _calls, _cpu
+from volsample import _calls, _cpu, _prepared
 from volsample import _reference as reference
 from volsample._cpu import warp as cpu_warp
 
@@ -430,7 +430,7 @@ def test_repeated_calls_run_on_their_own_arrays(layout, dtype, coord_dtype, oper
     own arrays (strided views at offsets, a grad_displacement_out inside a larger field),
     with the bits of the general path on contiguous copies, on 1 and 2 threads; a wrong
     argument of a prepared call still raises."""
-    _calls.forget_prepared_calls()
+    _prepared.forget_prepared_calls()
     rng = np.random.default_rng(12)
     sixteen = np.dtype(dtype).itemsize == 2
     threads = volsample.get_num_threads()
@@ -482,8 +482,8 @@ def test_repeated_calls_run_on_their_own_arrays(layout, dtype, coord_dtype, oper
                 outside = np.ones(field.shape, bool)
                 outside[:, 1:, 1:, 1:] = False
                 assert np.isnan(field[outside]).all()
-        assert bool(volsample.warp._PREPARED_FORWARDS) == (dtype != BF16)
-        assert bool(volsample.warp._PREPARED_BACKWARDS) == (not sixteen)
+        assert bool(_prepared.kept("warp_3d")) == (dtype != BF16)
+        assert bool(_prepared.kept("warp_3d_backward")) == (not sixteen)
         with pytest.raises(volsample.InvalidArgumentError, match="align_corners"):
             volsample.warp_3d(stored_x, theta, u, size, "bilinear", "reflection", 1,
                               layout=layout, displacement_units="voxels")
@@ -520,7 +520,7 @@ def test_unhashable_arguments_are_named(argument, value):
 def test_a_prepared_warp_still_checks_its_out():
     """out's strides are part of a prepared call's key; its writability is checked on
     every call."""
-    _calls.forget_prepared_calls()
+    _prepared.forget_prepared_calls()
     volume, theta, displacement = _warp_case()
     expected = volsample.warp_3d(volume, theta, displacement)
     out = np.full(expected.shape, np.nan, np.float32)
@@ -528,7 +528,7 @@ def test_a_prepared_warp_still_checks_its_out():
         out[...] = np.nan
         assert volsample.warp_3d(volume, theta, displacement, out=out) is out
         assert_bitwise_equal("warp_3d into out", out, expected)
-    assert len(volsample.warp._PREPARED_FORWARDS) == 2  # with and without out
+    assert len(_prepared.kept("warp_3d")) == 2  # with and without out
     out.flags.writeable = False
     with pytest.raises(ValueError, match="out: expected a writeable"):
         volsample.warp_3d(volume, theta, displacement, out=out)

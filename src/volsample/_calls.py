@@ -15,8 +15,6 @@ echo shapes in that order and spell dtypes as the front door's ``Dialect`` says.
 """
 from __future__ import annotations
 
-import atexit
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -24,94 +22,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _checks, _coords, _dtypes, _layout
+from . import _checks, _coords, _dtypes, _layout, _prepared
 from ._errors import InvalidArgumentError
 from ._tables import MODES, NEAREST, VOXELS
-
-
-def memoised(key):
-    """Decorate a description builder to return the description it built before for
-    arguments of the same ``key(*args, **kwargs)``: a call's checks depend on its
-    arguments alone, descriptions are frozen, and building one costs microseconds that a
-    small call's kernel does not. A call that fails its checks is not remembered (it
-    raises every time); arguments that give no key (unhashable: a list of sizes, an array,
-    a symbolic size) build afresh."""
-    def decorate(build):
-        cache: dict = {}
-
-        @functools.wraps(build)
-        def described(*args, **kwargs):
-            if tracing():
-                return build(*args, **kwargs)
-            try:
-                k = key(*args, **kwargs)
-                return cache[k]
-            except KeyError:
-                pass
-            except (TypeError, RuntimeError):  # no key
-                return build(*args, **kwargs)
-            return remember(cache, k, build(*args, **kwargs))
-        return described
-    return decorate
-
-
-def remember(cache: dict, key, value):
-    """``cache[key] = value``, the cache emptied first when it holds ``DESCRIPTIONS_KEPT``
-    entries (beyond a training loop's worth of shapes); returns ``value``."""
-    if len(cache) >= DESCRIPTIONS_KEPT:
-        cache.clear()
-    cache[key] = value
-    return value
-
-
-def prepared_calls() -> dict:
-    """A new cache of a front door's prepared kernels (filled by ``remember``), which
-    ``forget_prepared_calls`` empties."""
-    cache: dict = {}
-    _PREPARED_CALLS.append(cache)
-    return cache
-
-
-_PREPARED_CALLS: list[dict] = []
-
-
-def prepared_call(cache: dict, *parts):
-    """(key, the prepared call of that key in ``cache`` or None): the key is ``parts``
-    (arrays' shapes, strides and dtypes, the other arguments ``typed`` where a type tells
-    calls apart, the thread count) as a tuple, hashed once by the lookup; None where one
-    cannot be hashed (an argument of a wrong type: the checks then name it)."""
-    try:
-        return parts, cache.get(parts)
-    except TypeError:
-        return None, None
-
-
-def array_key(a: np.ndarray) -> tuple:
-    """What a prepared call depends on of an array: its shape, strides and dtype (the
-    parts of ``prepared_call``'s key)."""
-    return a.shape, a.strides, a.dtype
-
-
-def forget_prepared_calls() -> None:
-    """Prepare every call afresh (tests: a spy on the preparing functions sees them)."""
-    for cache in _PREPARED_CALLS:
-        cache.clear()
-
-
-# The prepared kernels go before the extension module does at exit (else nanobind reports
-# them as leaked instances).
-atexit.register(forget_prepared_calls)
-
-
-def _never() -> bool:
-    return False
-
-
-# Whether a compiler is tracing the calls, which then describe afresh: a tracer would
-# guard on the caches' contents. volsample.torch sets torch.compiler.is_compiling.
-tracing: Callable[[], bool] = _never
-
-DESCRIPTIONS_KEPT = 512  # per builder: the shapes of a training loop's calls, and then some
 
 
 def _typed_key(*args, **kwargs):
@@ -119,7 +32,7 @@ def _typed_key(*args, **kwargs):
     return tuple(map(typed, args)), tuple((k, typed(v)) for k, v in kwargs.items())
 
 
-_memoised = memoised(_typed_key)
+_memoised = _prepared.memoised(_typed_key)
 
 
 def typed(value):

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _backends, _calls, _checks, _config, _layout
+from . import _backends, _calls, _checks, _config, _layout, _prepared
 from ._tables import MODES, PADDINGS
 
 _backend = _backends.cpu("grid_sample")
@@ -66,8 +66,8 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     """
     key = None
     if type(input) is np.ndarray and type(grid) is np.ndarray:  # a call met before?
-        key, prepared = _calls.prepared_call(
-            _PREPARED_FORWARDS, *_calls.array_key(input), *_calls.array_key(grid), mode,
+        key, prepared = _prepared.lookup(
+            "grid_sample_3d", *_prepared.array_key(input), *_prepared.array_key(grid), mode,
             padding_mode, type(align_corners), align_corners, layout, _config.get_num_threads())
         if prepared is not None:
             out = prepared.allocate()
@@ -84,22 +84,19 @@ def grid_sample_3d(input: np.ndarray, grid: np.ndarray, mode: str = "bilinear",
     if key is not None and _backend.preparable(*arrays):
         kernel = _backend.prepare_forward(call, *arrays)
         if kernel is not None:
-            _calls.remember(_PREPARED_FORWARDS, key, _PreparedForward(
+            _prepared.remember(key, _PreparedForward(
                 kernel, _layout.allocator(out.shape, out.dtype, name="output")))
     return out
 
 
 class _PreparedForward(NamedTuple):
     """A call's prepared kernel (``_cpu.grid_sample.prepare_forward``) and its result's
-    allocator (``_layout.allocator``)."""
+    allocator (``_layout.allocator``), kept in ``_prepared`` per arrays' shapes, strides and
+    dtypes, arguments and thread count: a call that passed its checks before runs it on
+    the new arrays' memory, with no check, description or view made again (an 8^3 call's
+    door cost more than its kernel)."""
     kernel: Any
     allocate: Callable[[], np.ndarray]
-
-
-# Per arrays' shapes, strides and dtypes, arguments and thread count: a call that passed
-# its checks before runs its prepared kernel on the new arrays' memory, with no check,
-# description or view made again (an 8^3 call's door cost more than its kernel).
-_PREPARED_FORWARDS = _calls.prepared_calls()
 
 
 def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np.ndarray,
@@ -134,10 +131,11 @@ def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np
     key = None
     if (type(grad_output) is np.ndarray and type(input) is np.ndarray
             and type(grid) is np.ndarray):  # a call met before? (as grid_sample_3d's)
-        key, prepared = _calls.prepared_call(
-            _PREPARED_BACKWARDS, *_calls.array_key(grad_output), *_calls.array_key(input),
-            *_calls.array_key(grid), mode, padding_mode, type(align_corners), align_corners,
-            _calls.typed(output_mask), layout, _config.get_num_threads())
+        key, prepared = _prepared.lookup(
+            "grid_sample_3d_backward", *_prepared.array_key(grad_output),
+            *_prepared.array_key(input), *_prepared.array_key(grid), mode, padding_mode,
+            type(align_corners), align_corners, _calls.typed(output_mask), layout,
+            _config.get_num_threads())
         if prepared is not None:
             grad_input = None if prepared.grad_input is None else prepared.grad_input()
             grad_grid = None if prepared.grad_grid is None else prepared.grad_grid()
@@ -166,7 +164,7 @@ def grid_sample_3d_backward(grad_output: np.ndarray, input: np.ndarray, grid: np
     if grad_input is not None:
         grad_input = _layout.physical(grad_input, call.layout)
     if kernel is not None:
-        _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *(
+        _prepared.remember(key, _PreparedBackward(kernel, *(
             None if t is None else _layout.allocator(t.shape, t.dtype, name=name)
             for t, name in ((grad_input, "grad_input"), (grad_grid, "grad_grid")))))
     return grad_input, grad_grid
@@ -178,9 +176,6 @@ class _PreparedBackward(NamedTuple):
     kernel: Any
     grad_input: Callable[[], np.ndarray] | None
     grad_grid: Callable[[], np.ndarray] | None
-
-
-_PREPARED_BACKWARDS = _calls.prepared_calls()  # as _PREPARED_FORWARDS
 
 
 def backward_workspace_nbytes(input_shape: Sequence[int], grid_shape: Sequence[int],

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _backends, _calls, _checks, _config, _layout
+from . import _backends, _calls, _checks, _config, _layout, _prepared
 
 _backend = _backends.cpu("upsample")
 
@@ -109,8 +109,8 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
     """
     key = None
     if type(input) is np.ndarray:  # a call met before? (as grid_sample_3d's)
-        key, prepared = _calls.prepared_call(
-            _PREPARED_FORWARDS, *_calls.array_key(input), _calls.typed(size),
+        key, prepared = _prepared.lookup(
+            "upsample_trilinear_3d", *_prepared.array_key(input), _calls.typed(size),
             _calls.typed(scale_factor), type(align_corners), align_corners, layout,
             _config.get_num_threads())
         if prepared is not None:
@@ -127,8 +127,7 @@ def upsample_trilinear_3d(input: np.ndarray, size: int | Sequence[int] | None = 
         _backend.forward(call, *arrays)
     else:
         kernel.forward_on(*arrays)
-        _calls.remember(_PREPARED_FORWARDS, key,
-                        _prepared(kernel, call, call.output_shape, "output"))
+        _prepared.remember(key, _kept(kernel, call, call.output_shape, "output"))
     return returned
 
 
@@ -144,16 +143,11 @@ class _Prepared(NamedTuple):
     allocate: Callable[[], np.ndarray]
 
 
-def _prepared(kernel, call, result_shape, name: str) -> _Prepared:
+def _kept(kernel, call, result_shape, name: str) -> _Prepared:
     """The ``_Prepared`` of a call whose result, ``name``, has the logical shape
     ``result_shape``."""
     return _Prepared(kernel, call, _layout.allocator(
         _layout.physical_shape(result_shape, call.layout), call.dtype, name=name))
-
-
-# Per arrays' shapes, strides and dtypes, arguments and thread count (see grid_sample.py's).
-_PREPARED_FORWARDS = _calls.prepared_calls()
-_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence[int],
@@ -196,8 +190,9 @@ def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence
     """
     key = None
     if type(grad_output) is np.ndarray:  # a call met before? (as grid_sample_3d's)
-        key, prepared = _calls.prepared_call(
-            _PREPARED_BACKWARDS, *_calls.array_key(grad_output), _calls.typed(input_size),
+        key, prepared = _prepared.lookup(
+            "upsample_trilinear_3d_backward", *_prepared.array_key(grad_output),
+            _calls.typed(input_size),
             type(align_corners), align_corners, _calls.typed(scales), layout,
             _config.get_num_threads())
         if prepared is not None:
@@ -214,6 +209,5 @@ def upsample_trilinear_3d_backward(grad_output: np.ndarray, input_size: Sequence
         _backend.backward(call, *arrays)
     else:
         kernel.backward_on(*arrays)
-        _calls.remember(_PREPARED_BACKWARDS, key,
-                        _prepared(kernel, call, call.input_shape, "grad_input"))
+        _prepared.remember(key, _kept(kernel, call, call.input_shape, "grad_input"))
     return _layout.physical(grad_input, call.layout)

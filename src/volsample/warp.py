@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import _backends, _calls, _checks, _config, _layout
+from . import _backends, _calls, _checks, _config, _layout, _prepared
 from ._tables import MODES, PADDINGS, UNITS
 
 _backend = _backends.cpu("warp")
@@ -89,7 +89,7 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
     array([[0.5, 1. ],
            [2.5, 3. ]], dtype=float32)
     """
-    key, prepared = _prepared_call(_PREPARED_FORWARDS, (input, theta, displacement, out),
+    key, prepared = _prepared_call("warp_3d", (input, theta, displacement, out),
                                    _calls.typed(size), mode, padding_mode, type(align_corners),
                                    align_corners, layout, displacement_units)
     if prepared is not None:  # a call met before (as grid_sample_3d's)
@@ -115,19 +115,19 @@ def warp_3d(input: np.ndarray, theta: np.ndarray | None = None,
         kernel.forward_on(*arrays)
         allocate = _layout.allocator(_layout.physical_shape(call.output_shape, layout),
                                      call.dtype, name="output")
-        _calls.remember(_PREPARED_FORWARDS, key, _PreparedForward(kernel, call, allocate))
+        _prepared.remember(key, _PreparedForward(kernel, call, allocate))
     return returned
 
 
-def _prepared_call(cache, arrays, *arguments):
+def _prepared_call(site, arrays, *arguments):
     """(key, prepared call) of a call met before (as grid_sample_3d's): the key of its
-    arrays' ``_calls.array_key`` (None for an absent one), its other arguments and the
+    arrays' ``_prepared.array_key`` (None for an absent one), its other arguments and the
     thread count; (None, None) where one is not a NumPy array where an array goes (the
     checks then convert or name it) or cannot be hashed."""
     if not all(a is None or type(a) is np.ndarray for a in arrays) or arrays[0] is None:
         return None, None
-    return _calls.prepared_call(cache, *(None if a is None else _calls.array_key(a)
-                                         for a in arrays), *arguments, _config.get_num_threads())
+    return _prepared.lookup(site, *(None if a is None else _prepared.array_key(a)
+                                    for a in arrays), *arguments, _config.get_num_threads())
 
 
 class _PreparedForward(NamedTuple):
@@ -144,12 +144,6 @@ class _PreparedBackward(NamedTuple):
     kernel: Any  # the C++ backend's PreparedWarp
     call: _calls.Warp
     allocators: tuple
-
-
-# Per arrays' shapes, strides and dtypes, arguments and thread count: a call that passed
-# its checks before runs its kernel with the arguments worked out then.
-_PREPARED_FORWARDS = _calls.prepared_calls()
-_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarray | None = None,
@@ -190,7 +184,7 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
     Both are exactly 0 for nearest sampling.
     """
     key, prepared = _prepared_call(
-        _PREPARED_BACKWARDS, (grad_output, input, theta, displacement, grad_displacement_out),
+        "warp_3d_backward", (grad_output, input, theta, displacement, grad_displacement_out),
         mode, padding_mode, type(align_corners), align_corners, _calls.typed(output_mask),
         layout, displacement_units)
     if prepared is not None:  # a call met before (as warp_3d's)
@@ -212,7 +206,7 @@ def warp_3d_backward(grad_output: np.ndarray, input: np.ndarray, theta: np.ndarr
         _backend.backward(call, *arrays)
     else:
         kernel.backward_on(*arrays)
-        _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, call, allocators))
+        _prepared.remember(key, _PreparedBackward(kernel, call, allocators))
     return _returned(call, *gradients)
 
 

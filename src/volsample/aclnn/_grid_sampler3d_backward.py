@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import _backends, _calls, _checks
+from .. import _backends, _calls, _checks, _prepared
 from .._tables import MODES, PADDINGS
 from . import _runtime as rt
 
@@ -135,7 +135,7 @@ def aclnnGridSampler3DBackwardGetWorkspaceSize(
     An empty gradOutput, input or grid needs no workspace: phase two fills the requested
     gradients with zeros without running a kernel.
     """
-    key, plan = rt.plan(_PLANS, gradOutput, input, grid, interpolationMode, paddingMode,
+    key, plan = rt.plan(OP, gradOutput, input, grid, interpolationMode, paddingMode,
                         alignCorners, outputMask, inputGrad, gridGrad)
     if plan is None:
         tensors = {"gradOutput": gradOutput, "input": input, "grid": grid,
@@ -157,7 +157,7 @@ def aclnnGridSampler3DBackwardGetWorkspaceSize(
         plan = _Plan(call, _backend.workspace_nbytes(call), _prepare(
             call, *_operands(call, gradOutput, input, grid, inputGrad, gridGrad)))
         if key is not None:
-            _calls.remember(_PLANS, key, plan)
+            _prepared.remember(key, plan)
     if plan.kernel is None:
         run = functools.partial(_backend.backward, plan.call,
                                 *_operands(plan.call, gradOutput, input, grid, inputGrad, gridGrad))
@@ -176,8 +176,6 @@ class _Plan(NamedTuple):
     workspace_size: int
     kernel: Any
 
-
-_PLANS = _calls.prepared_calls()  # rt.plan's key -> _Plan
 
 
 def _operands(call, gradOutput, input, grid, inputGrad, gridGrad) -> tuple:

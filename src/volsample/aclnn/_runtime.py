@@ -18,7 +18,7 @@ from typing import ParamSpec
 
 import numpy as np
 
-from .. import _calls, _config, _dtypes, _layout
+from .. import _calls, _config, _dtypes, _layout, _prepared
 from .._errors import InvalidArgumentError, VolsampleError
 
 # --- status codes -------------------------------------------------------------------
@@ -447,15 +447,16 @@ def status_of(error: VolsampleError) -> int:
 # --- plans: a phase one met before --------------------------------------------------------
 # A phase one whose arguments' kinds, formats, shapes, strides, dtypes, writability and
 # values (and the thread count) are those of a call that passed before passes the same
-# checks and makes the same plan: each operator keeps its plans (``_calls.prepared_calls``)
-# by ``plan``'s key and hands the new call's memory to the plan's prepared kernel.
+# checks and makes the same plan: each operator keeps its plans (in the op layer's
+# ``_prepared``) by ``plan``'s key and hands the new call's memory to the plan's prepared
+# kernel.
 
 
-def plan(plans: dict, *arguments):
-    """(key, plan in ``plans`` or None) of a phase one's arguments and the thread count;
-    the key None where one cannot be a key (a wrong kind of argument: the checks then say
-    so)."""
-    return _calls.prepared_call(plans, *map(_argument_key, arguments), _config.get_num_threads())
+def plan(operator: str, *arguments):
+    """(key, plan or None) of a phase one of ``operator`` on its arguments and the thread
+    count; the key None where one cannot be a key (a wrong kind of argument: the checks
+    then say so)."""
+    return _prepared.lookup(operator, *map(_argument_key, arguments), _config.get_num_threads())
 
 
 def _argument_key(value):

@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .. import _backends, _calls, _checks, _layout
+from .. import _backends, _calls, _checks, _layout, _prepared
 from .._errors import InvalidArgumentError
 from . import _runtime as rt
 
@@ -136,7 +136,7 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(
     A zero N or C needs no workspace and no work. Unlike the NPU, sizes above 2^20 per
     dimension or 60 GB in all are accepted.
     """
-    key, plan = rt.plan(_PLANS, gradOut, outputSize, inputSize, alignCorners, scalesD, scalesH,
+    key, plan = rt.plan(OP, gradOut, outputSize, inputSize, alignCorners, scalesD, scalesH,
                         scalesW, gradInput)
     if plan is None:
         scales = (scalesD, scalesH, scalesW)
@@ -150,7 +150,7 @@ def aclnnUpsampleTrilinear3dBackwardGetWorkspaceSize(
                      _backend.prepare_backward(call, *operands) if _backend.preparable(*operands)
                      else None)
         if key is not None:
-            _calls.remember(_PLANS, key, plan)
+            _prepared.remember(key, plan)
     if plan.kernel is None:
         run = functools.partial(_backend.backward, plan.call, gradOut.logical(),
                                 gradInput.logical())
@@ -167,8 +167,6 @@ class _Plan(NamedTuple):
     workspace_size: int
     kernel: Any
 
-
-_PLANS = _calls.prepared_calls()  # rt.plan's key -> _Plan
 
 
 def aclnnUpsampleTrilinear3dBackward(workspace: np.ndarray | None, workspaceSize: int,

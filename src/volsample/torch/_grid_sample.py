@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _backends, _calls, _config
+from .. import _backends, _config, _prepared
 from .._tables import MODES, PADDINGS
 from . import _dispatch, _grid_call, _grid_jvp, _memory, _operands, _wording
 
@@ -68,21 +68,17 @@ def _prepared_forward(input, grid, *modes) -> tuple[_PreparedForward, torch.Tens
     """The prepared kernel of a CPU call: the one of its key, or, the first time, one
     checked, described and prepared on views of its tensors and of its result, which comes
     with it then (None after: no second allocation)."""
-    key = (*_memory.tensor_key(input), *_memory.tensor_key(grid), *modes,
-           _config.get_num_threads())
-    prepared = _PREPARED_FORWARDS.get(key)
+    key = ("torch.grid_sampler_3d", *_memory.tensor_key(input), *_memory.tensor_key(grid),
+           *modes, _config.get_num_threads())
+    prepared = _prepared.find(key)
     if prepared is not None:
         return prepared, None
     call = _grid_call.describe(input, grid, *modes)
     out = _memory.empty_volume(call.output_shape, input)
     kernel = _cpu.prepare_forward(call, _memory.read_only_array(input),
                                   _memory.read_only_array(grid), _memory.writable_array(out))
-    return _calls.remember(_PREPARED_FORWARDS, key,
-                           _PreparedForward(kernel, _memory.allocator(out), modes, {})), out
-
-
-# _memory.tensor_key's, modes, threads -> _PreparedForward
-_PREPARED_FORWARDS = _calls.prepared_calls()
+    return _prepared.remember(key,
+                              _PreparedForward(kernel, _memory.allocator(out), modes, {})), out
 
 
 @_dispatch.register_kernel(grid_sampler_3d, "cuda")
@@ -147,9 +143,10 @@ def _run_backward(prepared, gradients, grad_output, input, grid, modes, output_m
 def _prepared_backward(grad_output, input, grid, modes, output_mask):
     """The prepared kernel of a CPU backward and, the first time, the gradients it was
     prepared on (``_prepared_forward``'s)."""
-    key = (*_memory.tensor_key(grad_output), *_memory.tensor_key(input),
-           *_memory.tensor_key(grid), *modes, *output_mask, _config.get_num_threads())
-    prepared = _PREPARED_BACKWARDS.get(key)
+    key = ("torch.grid_sampler_3d_backward", *_memory.tensor_key(grad_output),
+           *_memory.tensor_key(input), *_memory.tensor_key(grid), *modes, *output_mask,
+           _config.get_num_threads())
+    prepared = _prepared.find(key)
     if prepared is not None:
         return prepared, None
     call = _grid_call.describe_backward(grad_output, input, grid, *modes, output_mask)
@@ -157,12 +154,8 @@ def _prepared_backward(grad_output, input, grid, modes, output_mask):
     kernel = _cpu.prepare_backward(call, *map(_memory.read_only_array, (grad_output, input, grid)),
                                    *map(_memory.writable_array, gradients))
     allocators = (None if t is None else _memory.allocator(t) for t in gradients)
-    prepared = _calls.remember(_PREPARED_BACKWARDS, key, _PreparedBackward(kernel, *allocators))
+    prepared = _prepared.remember(key, _PreparedBackward(kernel, *allocators))
     return prepared, gradients
-
-
-# _memory.tensor_key's, modes, mask, threads -> _PreparedBackward
-_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 def _address(t: torch.Tensor | None) -> int:
@@ -393,9 +386,9 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     # (eager first: torch.compile never traces the lookup, nor guards on the cache)
     if (align_corners is None or type(align_corners) is bool) and _dispatch.eager(input, grid):
         try:  # a call met before: its prepared kernel, found with no other check
-            key = (input.shape, input.stride(), input.dtype, grid.shape, grid.stride(),
+            key = (_EAGER, input.shape, input.stride(), input.dtype, grid.shape, grid.stride(),
                    grid.dtype, mode, padding_mode, align_corners, _config.get_num_threads())
-            prepared = _EAGER_CALLS.get(key)
+            prepared = _find(key)
         except (AttributeError, TypeError, RuntimeError):  # no tensors, no hashable mode
             key = prepared = None
         if prepared is not None:
@@ -413,16 +406,18 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     if prepared.kernel is None:  # nothing to compute: the general path
         return _forward(input, grid, *modes)
     if key is not None:
-        _calls.remember(_EAGER_CALLS, key, prepared)
+        _prepared.remember(key, prepared)
     if torch.is_grad_enabled() and (input.requires_grad or grid.requires_grad):
         return _eager_apply(input, grid, prepared)
     return _sample(input, grid, prepared, out)
 
 
-# grid_sample's eager calls met before: (each tensor's shape, strides and dtype, the mode
-# and padding strings, align_corners, the thread count) -> their _PreparedForward. A call
-# of a key found here passed the checks before, so only its being eager is asked again.
-_EAGER_CALLS = _calls.prepared_calls()
+# grid_sample's eager calls met before, kept in ``_prepared``: (_EAGER, each tensor's shape,
+# strides and dtype, the mode and padding strings, align_corners, the thread count) ->
+# their _PreparedForward (the op's, under a second key: the strings not yet made codes). A
+# call of a key found there passed the checks before, so only its being eager is asked again.
+_EAGER = "torch.grid_sample"
+_find = _prepared.find
 _grad_enabled = torch.is_grad_enabled  # bound once, as _dispatch.nothing_watches's tests
 
 
@@ -458,7 +453,7 @@ class _EagerGridSampler3d(torch.autograd.Function):
         modes = ctx.modes
         if prepared is None:
             prepared, gradients = _prepared_backward(grad_output, input, grid, modes, mask)
-            _calls.remember(forward.backwards, key, prepared)
+            _prepared.remember(key, prepared, forward.backwards)
         return *_run_backward(prepared, gradients, grad_output, input, grid, modes, mask), None
 
 

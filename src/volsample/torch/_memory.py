@@ -119,9 +119,9 @@ def _numpy_view(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-# Calls the C++ kernels ran before, prepared: each op's CPU kernel keeps (in a
-# ``_calls.prepared_calls()`` cache), per key of a call's tensors (``tensor_key``), its
-# other arguments and the thread count, the
+# Calls the C++ kernels ran before, prepared: each op's CPU kernel keeps (in the op layer's
+# ``_prepared``), per key of a call's tensors (``tensor_key``), its other arguments and
+# the thread count, the
 # ``_kernels.PreparedGridSample`` (or the like) of its first run and its results' shapes
 # and strides. A repeated call then allocates its results and hands the kernel the
 # tensors' addresses (``const_data_ptr``: copy-on-write inputs stay lazy), with no

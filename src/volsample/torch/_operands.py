@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import _calls, _checks
+from .. import _calls, _checks, _prepared
 from .._torch_formats import is_channels_last
 from ._numpy_dtypes import numpy_dtype
 
@@ -110,6 +110,6 @@ def _call_key(*args):
 # small call's kernel. Failing calls raise every time; calls that torch.compile traces
 # (their sizes may be symbolic, and dynamo would guard on the caches) or strideless
 # tensors describe afresh.
-cached_description = _calls.memoised(_call_key)
-_calls.tracing = torch.compiler.is_compiling
+cached_description = _prepared.memoised(_call_key)
+_prepared.tracing = torch.compiler.is_compiling
 

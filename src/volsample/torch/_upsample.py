@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _backends, _calls, _config
+from .. import _backends, _calls, _config, _prepared
 from .._torch_formats import memory_format
 from . import _dispatch, _memory, _operands, _wording
 
@@ -69,18 +69,18 @@ def upsample_trilinear3d(input, output_size, align_corners, scales=None):
 
 def _resample(backward: bool, src, size, align_corners, scales):
     """The CPU kernel of the forward (``src`` the input, ``size`` the output's) or of the
-    backward (``src`` grad_output, ``size`` the input's), prepared once per key (see
-    ``_calls.remember``)."""
-    prepared_calls = _PREPARED_BACKWARDS if backward else _PREPARED_FORWARDS
-    key = (_memory.tensor_key(src), *size, align_corners,
+    backward (``src`` grad_output, ``size`` the input's), prepared once per key (kept in
+    ``_prepared``)."""
+    key = ("torch.upsample_trilinear3d_backward" if backward else "torch.upsample_trilinear3d",
+           _memory.tensor_key(src), *size, align_corners,
            None if scales is None else tuple(scales), _config.get_num_threads())
-    prepared = prepared_calls.get(key)
+    prepared = _prepared.find(key)
     if prepared is None or prepared.kernel is None:
         call = (_describe_backward if backward else _describe)(src, size, align_corners, scales)
         dst = _memory.empty_volume(call.input_shape if backward else call.output_shape, src)
         arrays = _memory.read_only_array(src), _memory.writable_array(dst)
         if prepared is None:
-            prepared = _calls.remember(prepared_calls, key, _Prepared(
+            prepared = _prepared.remember(key, _Prepared(
                 (_cpu.prepare_backward if backward else _cpu.prepare_forward)(call, *arrays),
                 _memory.allocator(dst)))
         if prepared.kernel is None:
@@ -91,10 +91,6 @@ def _resample(backward: bool, src, size, align_corners, scales):
     run = prepared.kernel.backward if backward else prepared.kernel.forward
     run(src.const_data_ptr(), dst.data_ptr())
     return dst
-
-
-_PREPARED_FORWARDS = _calls.prepared_calls()  # tensor_key, sizes, scales, threads -> _Prepared
-_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 @_dispatch.register_kernel(upsample_trilinear3d, "cuda")

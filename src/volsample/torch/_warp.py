@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _backends, _calls, _config, _coords
+from .. import _backends, _calls, _config, _coords, _prepared
 from .._tables import MODES, PADDINGS, UNITS, VOXELS
 from . import _dispatch, _memory, _operands, _wording
 from . import _grid_jvp, _grid_sample
@@ -50,18 +50,19 @@ class _Prepared(NamedTuple):
     results: tuple
 
 
-def _key(*parts):
-    """A CPU call's key: its tensors' ``_memory.tensor_key`` (None for an absent one), its
-    other arguments and the thread count."""
-    return tuple(None if p is None else _memory.tensor_key(p) if isinstance(p, torch.Tensor)
-                 else p for p in parts) + (_config.get_num_threads(),)
+def _key(site, *parts):
+    """A CPU call's key in ``_prepared``: its op, its tensors' ``_memory.tensor_key`` (None
+    for an absent one), its other arguments and the thread count."""
+    return (site, *(None if p is None else _memory.tensor_key(p)
+                    if isinstance(p, torch.Tensor) else p for p in parts),
+            _config.get_num_threads())
 
 
-def _prepared(cache, key, call, kernel, results) -> _Prepared:
+def _kept(key, call, kernel, results) -> _Prepared:
     """The first CPU call of ``key``, remembered with its kernel (``_cpu.warp``'s
     ``prepare_forward`` or ``prepare_backward`` of its arrays) and its result tensors
     (None where not asked for)."""
-    return _calls.remember(cache, key, _Prepared(call, kernel, tuple(
+    return _prepared.remember(key, _Prepared(call, kernel, tuple(
         None if t is None else _memory.allocator(t) for t in results)))
 
 
@@ -71,9 +72,9 @@ def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, 
     """``input`` (N, C, D, H, W) sampled at ``affine_grid(theta, size) + displacement``
     (theta (N, 3, 4) or None: the identity; displacement (N, *size, 3) or None: 0),
     giving (N, C, *size) in the input's dtype and memory format; the grid is never stored."""
-    key = _key(input, theta, displacement, *size, interpolation_mode, padding_mode,
-               align_corners, displacement_units)
-    prepared = _PREPARED_FORWARDS.get(key)
+    key = _key("torch.warp_3d", input, theta, displacement, *size, interpolation_mode,
+               padding_mode, align_corners, displacement_units)
+    prepared = _prepared.find(key)
     if prepared is None:
         call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
                          align_corners, displacement_units)
@@ -82,17 +83,12 @@ def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, 
         call, out = prepared.call, prepared.results[0]()
     arrays = _read(input), _read(theta), _read(displacement), _memory.writable_array(out)
     if prepared is None:
-        prepared = _prepared(_PREPARED_FORWARDS, key, call, _cpu.prepare_forward(call, *arrays),
-                             (out,))
+        prepared = _kept(key, call, _cpu.prepare_forward(call, *arrays), (out,))
     if prepared.kernel is None:
         _cpu.forward(call, *arrays)
     else:
         prepared.kernel.forward_on(*arrays)
     return out
-
-
-_PREPARED_FORWARDS = _calls.prepared_calls()  # _key -> _Prepared
-_PREPARED_BACKWARDS = _calls.prepared_calls()
 
 
 @_dispatch.register_kernel(warp_3d, "cuda")
@@ -127,9 +123,9 @@ def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode
     """Gradients (grad_input, grad_theta, grad_displacement) of ``warp_3d``, as
     ``output_mask`` selects them; one not asked for, or of an absent operand, comes back as
     an empty tensor. No grid-sized array is formed for theta's."""
-    key = _key(grad_output, input, theta, displacement, interpolation_mode, padding_mode,
-               align_corners, displacement_units, *output_mask)
-    prepared = _PREPARED_BACKWARDS.get(key)
+    key = _key("torch.warp_3d_backward", grad_output, input, theta, displacement,
+               interpolation_mode, padding_mode, align_corners, displacement_units, *output_mask)
+    prepared = _prepared.find(key)
     if prepared is None:
         call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
                                   padding_mode, align_corners, displacement_units, output_mask)
@@ -140,8 +136,7 @@ def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode
     arrays = (*map(_read, (grad_output, input, theta, displacement)),
               *map(_memory.writable_array, gradients))
     if prepared is None:
-        prepared = _prepared(_PREPARED_BACKWARDS, key, call,
-                             _cpu.prepare_backward(call, *arrays), gradients)
+        prepared = _kept(key, call, _cpu.prepare_backward(call, *arrays), gradients)
     if prepared.kernel is None:
         _cpu.backward(call, *arrays)
     else:
