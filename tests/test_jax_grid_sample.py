@@ -192,3 +192,19 @@ def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(f"volsample.jax.{module}"),
                              optionflags=doctest.ELLIPSIS)
     assert result.attempted and not result.failed
+
+
+def test_a_build_without_the_handlers_says_how_to_get_them():
+    import subprocess
+    import sys
+    code = ("import sys, types, volsample._cpu as cpu\n"
+            "stub = types.SimpleNamespace(**{k: getattr(cpu._kernels, k) for k in dir(cpu._kernels)"
+            " if k != 'ffi_targets' and not k.startswith('__')})\n"
+            "sys.modules['volsample._cpu._kernels'] = cpu._kernels = stub\n"
+            "try:\n"
+            "    import volsample.jax\n"
+            "except ImportError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert "built without its XLA FFI handlers" in out and "volsample[jax]" in out
