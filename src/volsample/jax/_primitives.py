@@ -19,15 +19,16 @@ import numpy as np
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from .._cpu import _kernels
+from .. import _backends
 
-if not hasattr(_kernels, "ffi_targets"):
+_TARGETS = _backends.ffi_targets()
+if _TARGETS is None:
     raise ImportError(
         "volsample.jax: this volsample was built without its XLA FFI handlers (the build "
-        "found no jaxlib). Reinstall it with the jax extra, from source: pip install "
-        "--force-reinstall --no-binary volsample 'volsample[jax]'")
+        "found no jaxlib, or no C++ core). Reinstall it with the jax extra, from source: "
+        "pip install --force-reinstall --no-binary volsample 'volsample[jax]'")
 
-for _name, _capsule in _kernels.ffi_targets().items():
+for _name, _capsule in _TARGETS.items():
     jax.ffi.register_ffi_target(_name, _capsule, platform="cpu")
 
 SUPPORTED_PLATFORM = "cpu"

@@ -1,6 +1,6 @@
 """``spline_coefficients`` for JAX: the cubic B-spline prefilter of ``mode="bspline"``
-(``volsample.spline``), on a C++ handler that runs the NumPy solve's operations in its
-order (the same bits). It is linear: its transpose is its adjoint, and the adjoint's the
+(``volsample.spline``), on a C++ handler that runs the solve's operations
+(``volsample._prefilter``) in their order (the same bits). It is linear: its transpose is its adjoint, and the adjoint's the
 prefilter, so derivatives of any order and both modes hold."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from jax.interpreters import ad
 from jax.typing import ArrayLike
 
-from .. import _checks, _layout, spline
+from .. import _checks, _layout, _prefilter
 from .._tables import PADDINGS
 from . import _primitives
 from ._operands import checked_arrays, operand
@@ -21,12 +21,8 @@ _ATTRIBUTES = ("bands_d", "bands_h", "bands_w", "adjoint", "channels_last")
 
 @functools.lru_cache(maxsize=64)
 def _bands(size: int, padding: int, align_corners: bool, adjoint: bool) -> np.ndarray:
-    """The axis' system as the NumPy solve takes it: (below, on, above) / 6, the adjoint's
-    transposed, end to end."""
-    below, on, above = spline._system(size, padding, align_corners)
-    if adjoint:
-        below, above = np.roll(above, 1), np.roll(below, -1)
-    return np.concatenate([below / 6, on / 6, above / 6])
+    """The axis' diagonals as the NumPy solve takes them, end to end."""
+    return np.concatenate(_prefilter.solve_bands(size, padding, align_corners, adjoint))
 
 
 def _results(volume, **params):
