@@ -26,7 +26,7 @@ LAYERS = [
     ("applications", {"volsample.registration"}, ("volsample.apps",)),
     ("front doors", {"volsample", "volsample.grid_sample", "volsample.upsample",
                      "volsample.warp", "volsample.spline", "volsample.fields", "volsample.dask"},
-     ("volsample.torch", "volsample.aclnn")),
+     ("volsample.torch", "volsample.aclnn", "volsample.jax")),
     ("op layer", {"volsample._calls", "volsample._prepared", "volsample._config",
                   "volsample._fields", "volsample._prefilter", "volsample._progress",
                   "volsample._reference"}, ()),
@@ -85,7 +85,7 @@ def _layer(name: str) -> int:
 def _door(name: str) -> str | None:
     if name in DOORS["numpy"]:
         return "numpy"
-    for door in ("volsample.dask", "volsample.torch", "volsample.aclnn"):
+    for door in ("volsample.dask", "volsample.torch", "volsample.aclnn", "volsample.jax"):
         if name == door or name.startswith(door + "."):
             return door
     return None

@@ -41,7 +41,7 @@ def _unannotated(function) -> list[str]:
 def test_public_functions_are_annotated(module_name):
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:  # an optional dependency (torch, dask) is missing
+    except ImportError as error:  # an optional dependency (torch, dask, jax) is missing
         pytest.skip(str(error))
     gaps = {name: missing for name, f in _functions(module) if (missing := _unannotated(f))}
     assert not gaps, f"public functions without full annotations: {gaps}"
@@ -82,10 +82,10 @@ def test_the_library_imports_no_application():
     """The applications' wing stands above the library: importing the front doors loads
     none of its modules."""
     _run_python("import importlib, sys\n"
-                "for name in ('volsample', 'volsample.aclnn', 'volsample.dask', 'volsample.torch'):\n"
+                "for name in ('volsample', 'volsample.aclnn', 'volsample.dask', 'volsample.jax', 'volsample.torch'):\n"
                 "    try:\n"
                 "        importlib.import_module(name)\n"
-                "    except ImportError:  # an optional dependency (torch, dask) is missing\n"
+                "    except ImportError:  # an optional dependency (torch, dask, jax) is missing\n"
                 "        pass\n"
                 "apps = [m for m in sys.modules if m.startswith('volsample.apps')]\n"
                 "assert not apps, apps")

@@ -127,6 +127,9 @@ void bind_upsample(nb::module_& m);
 void bind_warp(nb::module_& m);
 void bind_local_ncc(nb::module_& m);
 void bind_mutual_information(nb::module_& m);
+#ifdef VOLSAMPLE_JAX_FFI
+void bind_jax(nb::module_& m);  // bind_jax.cpp: only where the build found XLA's FFI headers
+#endif
 
 }  // namespace vs
 
@@ -176,4 +179,7 @@ NB_MODULE(_kernels, m) {
   vs::bind_warp(m);
   vs::bind_local_ncc(m);
   vs::bind_mutual_information(m);
+#ifdef VOLSAMPLE_JAX_FFI
+  vs::bind_jax(m);
+#endif
 }

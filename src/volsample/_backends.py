@@ -78,6 +78,14 @@ def gpu(family: str) -> ModuleType:
             f"not be imported ({error}); install triton, or compute on CPU tensors") from error
 
 
+def ffi_targets() -> dict | None:
+    """The C++ core's XLA FFI handlers, name -> capsule, that volsample.jax registers with
+    JAX; None where the core is not built, or was built without them (no jaxlib)."""
+    if isinstance(_cpu, _Unbuilt) or not hasattr(_cpu._kernels, "ffi_targets"):
+        return None
+    return _cpu._kernels.ffi_targets()
+
+
 def cpu_core():
     """The C++ core itself (``volsample._cpu``): its instruction sets and thread limit,
     for what reports them (``volsample info``, the benchmarks)."""

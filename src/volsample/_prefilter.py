@@ -75,12 +75,20 @@ def filtered(volume: np.ndarray, padding: int, align_corners: bool,
     its result)."""
     x = np.asarray(volume, np.float64)
     for axis in ((2, 3, 4) if not adjoint else (4, 3, 2)):
-        below, on, above = system(x.shape[axis], padding, align_corners)
-        if adjoint:  # the transpose: row i holds column i's entries
-            below, above = np.roll(above, 1), np.roll(below, -1)
         moved = np.moveaxis(x, axis, 0)
-        x = np.moveaxis(_solve(moved, below / 6, on / 6, above / 6), 0, axis)
+        x = np.moveaxis(_solve(moved, *solve_bands(x.shape[axis], padding, align_corners,
+                                                   adjoint)), 0, axis)
     return x
+
+
+def solve_bands(size: int, padding: int, align_corners: bool, adjoint: bool):
+    """The (below, on, above) diagonals the solve along an axis of ``size`` voxels takes:
+    ``system``'s over 6, transposed for the adjoint (row i holds column i's entries).
+    volsample.jax's handler solves with them in the same order, for the same bits."""
+    below, on, above = system(size, padding, align_corners)
+    if adjoint:
+        below, above = np.roll(above, 1), np.roll(below, -1)
+    return below / 6, on / 6, above / 6
 
 
 @functools.lru_cache(maxsize=32)

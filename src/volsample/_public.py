@@ -16,7 +16,7 @@ from types import ModuleType
 # Command-line modules: documented by their --help (volsample bench's parts too).
 COMMAND_LINE = frozenset({"volsample.cli", "volsample.apps.register", "volsample.apps.bench",
                           *(f"volsample.apps.bench_{part}"
-                            for part in ("workloads", "peers", "timing", "report", "plots")),
+                            for part in ("workloads", "peers", "timing", "report", "plots", "jax")),
                           "volsample.apps.triton_aot", "volsample.__main__"})
 # Modules documented under another name, which is the same module: the applications'
 # registration is volsample.registration.

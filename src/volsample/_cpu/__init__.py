@@ -57,6 +57,14 @@ def set_num_threads(n: int) -> None:
     if not 1 <= n <= _MAX_THREADS:
         raise ValueError(f"set_num_threads: n must be in [1, {_MAX_THREADS}], got {n}")
     _num_threads = n
+    _share_threads()
+
+
+def _share_threads() -> None:
+    """Hand the thread count to the XLA FFI handlers (volsample.jax), which run inside
+    compiled JAX programs with no Python to ask (a module built without them has none)."""
+    if hasattr(_kernels, "set_ffi_threads"):
+        _kernels.set_ffi_threads(_num_threads, MIN_WORK_PER_THREAD)
 
 
 def get_num_threads() -> int:
@@ -72,6 +80,9 @@ MIN_WORK_PER_THREAD = 1 << 15
 def threads_for(work: int) -> int:
     """How many threads a launch of ``work`` items uses: all of them, unless it is small."""
     return max(1, min(_num_threads, work // MIN_WORK_PER_THREAD))
+
+
+_share_threads()
 
 
 def operand(arr: np.ndarray | None) -> np.ndarray | None:

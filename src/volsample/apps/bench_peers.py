@@ -8,19 +8,21 @@ import sys
 import numpy as np
 
 PEERS = ("volsample-grid", "volsample-warp", "volsample-trilinear", "pytorch", "scipy",
-         "torch-interpol", "volresample", "simpleitk", "jax", "affiners", "volsample-numpy",
-         "volsample-patch")
+         "torch-interpol", "volresample", "simpleitk", "jax", "jax-gather", "affiners",
+         "volsample-numpy", "volsample-patch", "volsample-vmap")
 
 
 # volsample-grid: volsample's own grid sampler on a formed grid (the warp workloads' baseline);
 # volsample-warp: the registration step as volsample.torch.warp then F.mse_loss;
 # volsample-trilinear: volsample's trilinear sampling of the same grid (the cubic workloads');
 # volsample-numpy, volsample-patch: the NumPy API and F.grid_sample under
-# volsample.torch.patch(), beside volsample.torch (the small-size family)
+# volsample.torch.patch(), beside volsample.torch (the small-size family) or volsample.jax;
+# volsample-vmap: jax.vmap of volsample.jax over a batch, beside one call with the batch as N;
+# jax-gather: a trilinear gather in jax.numpy (bench_jax)
 # the other packages' modules (volsample's own variants are volsample's version, not peers)
 _PEER_MODULES = {"pytorch": "torch", "scipy": "scipy", "torch-interpol": "interpol",
                  "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "jax",
-                 "affiners": "affiners"}
+                 "jax-gather": "jax", "affiners": "affiners"}
 
 
 def have(module):

@@ -60,6 +60,7 @@ PEER_TITLES = {"volsample-grid": "volsample's grid sampler",
                 "volsample-patch": "F.grid_sample under patch()", "pytorch": "PyTorch",
                 "scipy": "SciPy", "torch-interpol": "torch-interpol",
                 "volresample": "volresample", "simpleitk": "SimpleITK", "jax": "JAX",
+                "jax-gather": "a jax.numpy gather", "volsample-vmap": "jax.vmap of volsample.jax",
                 "affiners": "affiners"}
 
 
@@ -232,6 +233,12 @@ FAMILIES = (
     ("small.fwd+bwd", "small calls, forward and backward",
      "the forward, then `.sum().backward()`, through `volsample.torch`; the NumPy API's "
      "forward and backward beside it"),
+    ("jax.fwd", "JAX, forward",
+     "`volsample.jax.grid_sample` inside `jax.jit`, trilinear, against `map_coordinates` "
+     "(order 1, per channel) and a `jax.numpy` gather; vmap8: `jax.vmap` over 8 calls "
+     "against one call with N = 8"),
+    ("jax.fwd+grad", "JAX, forward and gradient",
+     "`jax.grad` of the samples' sum for the volume and the grid, inside `jax.jit`"),
 )
 
 

@@ -41,7 +41,7 @@ import numpy as np
 import volsample
 
 from .. import _dtypes
-from . import bench_register
+from . import bench_jax, bench_register
 from .bench_peers import affiners_warp, have, simpleitk_warp
 from .bench_timing import Workload
 
@@ -522,4 +522,6 @@ def suite(shrink: int = 1) -> list[Workload]:
                                          s(size, size, size), direction))
             w.append(_small_workload(f"small.{short} keypoints N1 C16 32^3 at 1000", 16,
                                      s(32)[0], (1, 1, 1000), direction))
+    # volsample.jax inside jax.jit against JAX's own samplers (bench_jax).
+    w += bench_jax.workloads(smooth_grid, shrink)
     return w

@@ -1,0 +1,210 @@
+"""``grid_sample`` for JAX: the primitives of grid sampling and their derivatives.
+
+Three primitives: the forward (linear in the input), the backward (the forward's
+transposes: grad_input and grad_grid, each only where asked for), and the derivative
+along a grid direction (linear in that direction). Forward mode runs the forward on the
+input's tangent plus the grid-direction derivative; reverse mode transposes both, so
+``jax.grad`` runs the backward kernels, never the grid-direction derivative.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import ad
+from jax.typing import ArrayLike
+
+from .. import _calls, _dtypes, _layout
+from .._tables import MODES, PADDINGS
+from . import _primitives
+from ._operands import checked_arrays, operand
+
+_ATTRIBUTES = ("mode", "padding", "align_corners", "channels_last")
+
+
+def _forward_results(input, grid, *, mode, padding, align_corners, channels_last):
+    layout = "NDHWC" if channels_last else "NCDHW"
+    logical = _layout.logical_shape(input.shape, layout)
+    shape = _layout.physical_shape(logical[:2] + tuple(grid.shape[1:4]), layout)
+    return [(shape, input.dtype)]
+
+
+def _backward_results(grad_output, input, grid, *, mode, padding, align_corners, channels_last,
+                      want_input, want_grid, input_spatial):
+    """(grad_input in the compute dtype, grad_grid), each of shape (0,) where not asked
+    for. An absent input (grad_input alone reads none of its values; the handler takes
+    its shape from grad_input's) is of grad_output's N and C and ``input_spatial``."""
+    compute = _dtypes.compute_dtype(np.dtype(input.dtype), np.dtype(grid.dtype))
+    layout = "NDHWC" if channels_last else "NCDHW"
+    logical = _layout.logical_shape(grad_output.shape, layout)
+    input_shape = _layout.physical_shape(logical[:2] + tuple(input_spatial), layout)
+    return [(input_shape if want_input else (0,), compute),
+            (grid.shape if want_grid else (0,), grid.dtype)]
+
+
+def _spatial(shape, channels_last) -> tuple:
+    return tuple(shape[1:4] if channels_last else shape[2:5])
+
+
+forward_p = _primitives.kernel_primitive("grid_sample_forward", _ATTRIBUTES, _forward_results)
+backward_p = _primitives.kernel_primitive("grid_sample_backward", _ATTRIBUTES,
+                                          _backward_results)
+
+
+def _params(params) -> dict:
+    return {k: params[k] for k in _ATTRIBUTES}
+
+
+def _grid_tangent(input, grid, grid_tangent, **params):
+    """The derivative of the forward along ``grid_tangent``: each channel's gradient in the
+    grid's coordinates (the backward's grad_grid of that channel alone, all channels in one
+    call with the channels folded into N and a cotangent of ones), dotted with the
+    direction."""
+    channels_last = params["channels_last"]
+    volumes = jnp.moveaxis(input, -1, 1) if channels_last else input
+    N, C = volumes.shape[:2]
+    single = volumes.reshape((N * C, 1) + volumes.shape[2:])
+    if channels_last:
+        single = jnp.moveaxis(single, 1, -1)
+    grids = jnp.repeat(grid, C, axis=0)
+    ones = jnp.ones((N * C, 1) + grid.shape[1:4], input.dtype)
+    if channels_last:
+        ones = jnp.moveaxis(ones, 1, -1)
+    _, slopes = backward_p.bind(ones, single, grids, want_input=False, want_grid=True,
+                                input_spatial=_spatial(input.shape, channels_last),
+                                **_params(params))
+    slopes = slopes.reshape((N, C) + grid.shape[1:])  # (N, C, Do, Ho, Wo, 3)
+    compute = _dtypes.compute_dtype(np.dtype(input.dtype), np.dtype(grid.dtype))
+    tangent = jnp.einsum("ncdhwk,ndhwk->ncdhw", slopes.astype(compute),
+                         grid_tangent.astype(compute))
+    if channels_last:
+        tangent = jnp.moveaxis(tangent, 1, -1)
+    return [tangent.astype(input.dtype)]
+
+
+def _grid_tangent_results(input, grid, grid_tangent, **params):
+    return _forward_results(input, grid, **params)
+
+
+grid_tangent_p = _primitives.composite_primitive("grid_sample_grid_tangent", _grid_tangent,
+                                                 _grid_tangent_results)
+
+
+def _is_zero(t) -> bool:
+    return type(t) is ad.Zero
+
+
+def _forward_jvp(primals, tangents, **params):
+    input, grid = primals
+    input_tangent, grid_tangent = tangents
+    out, = forward_p.bind(input, grid, **params)
+    parts = []
+    if not _is_zero(input_tangent):
+        parts.append(forward_p.bind(input_tangent, grid, **params)[0])
+    if not _is_zero(grid_tangent) and MODES.of(params["mode"]).grid_gradient:
+        parts.append(grid_tangent_p.bind(input, grid, grid_tangent, **params)[0])
+    if not parts:
+        return [out], [jnp.zeros_like(out)]
+    return [out], [parts[0] if len(parts) == 1 else parts[0] + parts[1]]
+
+
+def _forward_transpose(cotangents, input, grid, **params):
+    """The transpose in the input (the grid is never linear here: forward mode takes its
+    direction through ``grid_tangent_p``)."""
+    cotangent, = cotangents
+    if ad.is_undefined_primal(grid):
+        raise NotImplementedError("volsample.jax: grid_sample is not linear in grid")
+    aval = input.aval
+    if _is_zero(cotangent):
+        return [ad.Zero(aval), None]
+    # (grad_input alone reads no value of the input: the handler takes its shape from
+    # grad_input's, its dtype from the absent operand's)
+    grad_input, _ = backward_p.bind(cotangent, _primitives.absent(aval.dtype), grid,
+                                    want_input=True, want_grid=False,
+                                    input_spatial=_spatial(aval.shape, params["channels_last"]),
+                                    **params)
+    return [grad_input.astype(aval.dtype), None]
+
+
+def _grid_tangent_transpose(cotangents, input, grid, grid_tangent, **params):
+    cotangent, = cotangents
+    aval = grid_tangent.aval
+    if _is_zero(cotangent):
+        return [None, None, ad.Zero(aval)]
+    _, grad_grid = backward_p.bind(cotangent, input, grid, want_input=False, want_grid=True,
+                                   input_spatial=_spatial(input.shape, params["channels_last"]),
+                                   **params)
+    return [None, None, grad_grid.astype(aval.dtype)]
+
+
+ad.primitive_jvps[forward_p] = _forward_jvp
+ad.primitive_transposes[forward_p] = _forward_transpose
+ad.primitive_transposes[grid_tangent_p] = _grid_tangent_transpose
+
+
+def _grid_tangent_jvp(primals, tangents, **params):
+    """Linear in the direction; its derivative in the input or grid (a second derivative of
+    grid sampling) is not implemented."""
+    input, grid, direction = primals
+    t_input, t_grid, t_direction = tangents
+    if not (_is_zero(t_input) and _is_zero(t_grid)):
+        raise NotImplementedError(
+            "volsample.jax: second derivatives of grid_sample in the grid are not implemented")
+    out = grid_tangent_p.bind(input, grid, direction, **params)
+    if _is_zero(t_direction):
+        return out, [jnp.zeros_like(out[0])]
+    return out, grid_tangent_p.bind(input, grid, t_direction, **params)
+
+
+ad.primitive_jvps[grid_tangent_p] = _grid_tangent_jvp
+
+
+def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_mode: str = "zeros",
+                align_corners: bool = False, *, layout: str = "NCDHW") -> jax.Array:
+    """Sample a volume at the points of a grid: ``torch.nn.functional.grid_sample`` on 5-D
+    arrays, for JAX, differentiable in ``input`` and ``grid``; the same bits as
+    ``volsample.grid_sample_3d``.
+
+    Parameters
+    ----------
+    input : array, shape (N, C, Di, Hi, Wi), or (N, Di, Hi, Wi, C) with ``layout="NDHWC"``
+        float16, bfloat16, float32 or float64 (float64 needs ``jax_enable_x64``), on the CPU.
+    grid : array, shape (N, Do, Ho, Wo, 3)
+        Normalised sample coordinates (x, y, z) in [-1, 1]; x indexes W, y H and z D.
+        ``input``'s dtype, or float32/float64 beside a 16-bit ``input``.
+    mode : {"bilinear", "nearest", "bicubic", "bspline"}
+        As ``volsample.torch.grid_sample``'s ("trilinear" is another name of "bilinear").
+    padding_mode : {"zeros", "border", "reflection"}
+        What points outside the volume read.
+    align_corners : bool or None
+        True: -1 and +1 are the centres of the corner voxels; False (or None): their outer
+        edges.
+    layout : {"NCDHW", "NDHWC"}
+        Axis order of ``input`` and of the result.
+
+    Returns
+    -------
+    array, shape (N, C, Do, Ho, Wo) (or (N, Do, Ho, Wo, C)), in ``input``'s dtype.
+
+    Notes
+    -----
+    Checked when traced; runs the C++ kernels through XLA's FFI inside ``jax.jit``.
+    ``jax.grad``/``vjp`` run the backward kernels (grad_input and grad_grid each only when
+    differentiated); ``jax.jvp``/``jacfwd`` work; ``jax.vmap`` folds the batch into N.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, volsample.jax as vj
+    >>> volume = jnp.arange(8.0, dtype=jnp.float32).reshape(1, 1, 2, 2, 2)
+    >>> centre = jnp.zeros((1, 1, 1, 1, 3), jnp.float32)
+    >>> vj.grid_sample(volume, centre, align_corners=True).ravel()
+    Array([3.5], dtype=float32)
+    """
+    input, grid = checked_arrays(input=input, grid=grid)
+    mode_code, padding = MODES.code(mode), PADDINGS.code(padding_mode)
+    call = _calls.grid_sample(operand("input", input), operand("grid", grid), mode_code, padding,
+                              False if align_corners is None else align_corners, layout)
+    out, = forward_p.bind(input, grid, mode=call.mode, padding=call.padding,
+                          align_corners=call.align_corners,
+                          channels_last=call.layout == "NDHWC")
+    return out

@@ -1,0 +1,252 @@
+"""``warp`` for JAX: grid sampling at ``affine_grid(theta) + displacement`` with no grid.
+
+As grid sampling's (``_grid_sample``): the forward (linear in the input), the backward
+(grad_input, grad_theta and grad_displacement, each only where asked for) and the
+derivative along a direction of theta and the displacement (linear in that direction;
+forward mode only: reverse mode transposes it into the backward kernel).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.interpreters import ad
+from jax.typing import ArrayLike
+
+from .. import _calls, _coords, _dtypes, _layout
+from .._tables import MODES, PADDINGS, UNITS
+from . import _primitives
+from ._operands import checked_arrays, operand
+
+_ATTRIBUTES = ("mode", "padding", "align_corners", "channels_last", "scale_x", "scale_y",
+               "scale_z")
+
+
+def _layout_of(params) -> str:
+    return "NDHWC" if params["channels_last"] else "NCDHW"
+
+
+def _forward_results(input, theta, displacement, *, output_spatial, **params):
+    layout = _layout_of(params)
+    logical = _layout.logical_shape(input.shape, layout)
+    return [(_layout.physical_shape(logical[:2] + tuple(output_spatial), layout), input.dtype)]
+
+
+def _backward_results(grad_output, input, theta, displacement, *, want_input, want_theta,
+                      want_displacement, input_spatial, output_spatial, **params):
+    """As grid sampling's backward (``_grid_sample._backward_results``): an absent input
+    is of grad_output's N and C and ``input_spatial``."""
+    compute = _dtypes.compute_dtype(np.dtype(input.dtype), np.dtype(theta.dtype))
+    layout = _layout_of(params)
+    logical = _layout.logical_shape(grad_output.shape, layout)
+    input_shape = _layout.physical_shape(logical[:2] + tuple(input_spatial), layout)
+    return [(input_shape if want_input else (0,), compute),
+            (theta.shape if want_theta else (0,), theta.dtype),
+            (displacement.shape if want_displacement else (0,), theta.dtype)]
+
+
+forward_p = _primitives.kernel_primitive("warp_forward", _ATTRIBUTES, _forward_results)
+backward_p = _primitives.kernel_primitive("warp_backward", _ATTRIBUTES, _backward_results)
+
+
+def _is_zero(t) -> bool:
+    return type(t) is ad.Zero
+
+
+def _base_grid(spatial, align_corners: bool) -> np.ndarray:
+    """The homogeneous base grid (D, H, W, 4), channels (x, y, z, 1), in float64."""
+    axes = [_coords.base(np.arange(n, dtype=np.float64), n, align_corners) for n in spatial]
+    z, y, x = np.meshgrid(*axes, indexing="ij")
+    return np.stack([x, y, z, np.ones_like(x)], -1)
+
+
+def _spatial(shape, params) -> tuple:
+    return tuple(shape[1:4] if params["channels_last"] else shape[2:5])
+
+
+def _scale(params) -> np.ndarray:
+    return np.array([params["scale_x"], params["scale_y"], params["scale_z"]])
+
+
+def _direction_tangent(input, theta, displacement, theta_tangent, displacement_tangent,
+                       **params):
+    """The derivative along (theta_tangent, displacement_tangent): each channel's gradient in
+    the grid's coordinates (the backward's grad_displacement in normalised units of that
+    channel alone, the channels folded into N, under a cotangent of ones), dotted with the
+    grid's direction ``theta_tangent . base + displacement_tangent * scale``."""
+    channels_last = params["channels_last"]
+    spatial = params["output_spatial"]
+    volumes = jnp.moveaxis(input, -1, 1) if channels_last else input
+    N, C = volumes.shape[:2]
+    single = volumes.reshape((N * C, 1) + volumes.shape[2:])
+    if channels_last:
+        single = jnp.moveaxis(single, 1, -1)
+    scale = _scale(params)
+    offsets = (jnp.zeros((N,) + tuple(spatial) + (3,), theta.dtype) if _primitives.is_absent(
+        displacement) else displacement * jnp.asarray(scale, theta.dtype))
+    ones = jnp.ones((N * C, 1) + tuple(spatial), input.dtype)
+    if channels_last:
+        ones = jnp.moveaxis(ones, 1, -1)
+    unit = dict(params, scale_x=1.0, scale_y=1.0, scale_z=1.0)
+    _, _, slopes = backward_p.bind(ones, single, jnp.repeat(theta, C, axis=0),
+                                   jnp.repeat(offsets, C, axis=0), want_input=False,
+                                   want_theta=False, want_displacement=True,
+                                   input_spatial=_spatial(input.shape, params), **unit)
+    compute = _dtypes.compute_dtype(np.dtype(input.dtype), np.dtype(theta.dtype))
+    direction = jnp.zeros((N,) + tuple(spatial) + (3,), compute)
+    if not _primitives.is_absent(theta_tangent):
+        base = jnp.asarray(_base_grid(spatial, params["align_corners"]), compute)
+        direction = direction + jnp.einsum("dhwj,nkj->ndhwk", base, theta_tangent.astype(compute))
+    if not _primitives.is_absent(displacement_tangent):
+        direction = direction + displacement_tangent.astype(compute) * jnp.asarray(scale, compute)
+    slopes = slopes.reshape((N, C) + tuple(spatial) + (3,)).astype(compute)
+    tangent = jnp.einsum("ncdhwk,ndhwk->ncdhw", slopes, direction)
+    if channels_last:
+        tangent = jnp.moveaxis(tangent, 1, -1)
+    return [tangent.astype(input.dtype)]
+
+
+def _direction_results(input, theta, displacement, theta_tangent, displacement_tangent,
+                       **params):
+    return _forward_results(input, theta, displacement, **params)
+
+
+direction_p = _primitives.composite_primitive("warp_direction_tangent", _direction_tangent,
+                                              _direction_results)
+
+
+def _forward_jvp(primals, tangents, **params):
+    input, theta, displacement = primals
+    t_input, t_theta, t_displacement = tangents
+    out, = forward_p.bind(input, theta, displacement, **params)
+    parts = []
+    if not _is_zero(t_input):
+        parts.append(forward_p.bind(t_input, theta, displacement, **params)[0])
+    if MODES.of(params["mode"]).grid_gradient and not (
+            _is_zero(t_theta) and _is_zero(t_displacement)):
+        given = [_primitives.absent(theta.dtype) if _is_zero(t) else t
+                 for t in (t_theta, t_displacement)]
+        parts.append(direction_p.bind(input, theta, displacement, *given, **params)[0])
+    if not parts:
+        return [out], [jnp.zeros_like(out)]
+    return [out], [sum(parts[1:], parts[0])]
+
+
+def _forward_transpose(cotangents, input, theta, displacement, **params):
+    if ad.is_undefined_primal(theta) or ad.is_undefined_primal(displacement):
+        raise NotImplementedError("volsample.jax: warp is not linear in theta or displacement")
+    cotangent, = cotangents
+    aval = input.aval
+    if _is_zero(cotangent):
+        return [ad.Zero(aval), None, None]
+    # (not read for grad_input alone: the handler takes its shape from grad_input's)
+    grad_input, _, _ = backward_p.bind(cotangent, _primitives.absent(aval.dtype), theta,
+                                       displacement, want_input=True, want_theta=False,
+                                       want_displacement=False,
+                                       input_spatial=_spatial(aval.shape, params), **params)
+    return [grad_input.astype(aval.dtype), None, None]
+
+
+def _direction_transpose(cotangents, input, theta, displacement, theta_tangent,
+                         displacement_tangent, **params):
+    cotangent, = cotangents
+    want_theta = ad.is_undefined_primal(theta_tangent)
+    want_displacement = ad.is_undefined_primal(displacement_tangent)
+    if _is_zero(cotangent):
+        return [None, None, None, ad.Zero(theta_tangent.aval) if want_theta else None,
+                ad.Zero(displacement_tangent.aval) if want_displacement else None]
+    _, grad_theta, grad_displacement = backward_p.bind(
+        cotangent, input, theta, displacement, want_input=False, want_theta=want_theta,
+        want_displacement=want_displacement, input_spatial=_spatial(input.shape, params),
+        **params)
+    return [None, None, None, grad_theta if want_theta else None,
+            grad_displacement if want_displacement else None]
+
+
+def _direction_jvp(primals, tangents, **params):
+    if not all(_is_zero(t) for t in tangents[:3]):
+        raise NotImplementedError(
+            "volsample.jax: second derivatives of warp in theta or displacement are not "
+            "implemented")
+    out = direction_p.bind(*primals, **params)
+    directions = [_primitives.absent(primals[1].dtype) if _is_zero(t) else t
+                  for t in tangents[3:]]
+    if all(_is_zero(t) for t in tangents[3:]):
+        return out, [jnp.zeros_like(out[0])]
+    return out, direction_p.bind(*primals[:3], *directions, **params)
+
+
+ad.primitive_jvps[forward_p] = _forward_jvp
+ad.primitive_transposes[forward_p] = _forward_transpose
+ad.primitive_jvps[direction_p] = _direction_jvp
+ad.primitive_transposes[direction_p] = _direction_transpose
+
+
+def warp(input: ArrayLike, theta: ArrayLike | None = None,
+         displacement: ArrayLike | None = None, size: Sequence[int] | None = None,
+         mode: str = "bilinear", padding_mode: str = "zeros", align_corners: bool = False, *,
+         displacement_units: str = "normalized", layout: str = "NCDHW") -> jax.Array:
+    """Sample a volume at an affine map plus a displacement, ``A x + u(x)``, with no grid:
+    ``grid_sample(input, affine_grid(theta, size) + displacement, ...)`` without forming
+    that grid, for JAX, differentiable in ``input``, ``theta`` and ``displacement``; the same
+    bits as ``volsample.warp_3d``.
+
+    Parameters
+    ----------
+    input : array, shape (N, C, Di, Hi, Wi), or (N, Di, Hi, Wi, C) with ``layout="NDHWC"``
+        float16, bfloat16, float32 or float64, on the CPU.
+    theta : array, shape (N, 3, 4), optional
+        Per batch item, the affine map from the output's normalised coordinates (x, y, z, 1)
+        to the input's. None: the identity.
+    displacement : array, shape (N, Do, Ho, Wo, 3), optional
+        Added to each output point's coordinates, channels (x, y, z). None: 0.
+    size : (Do, Ho, Wo) or (N, C, Do, Ho, Wo), optional
+        The output's size. Default: the displacement's, else the input's.
+    mode, padding_mode, align_corners
+        As for ``grid_sample``.
+    displacement_units : {"normalized", "voxels"}
+        The displacement in the grid's units, or in voxels of ``input``.
+    layout : {"NCDHW", "NDHWC"}
+        Axis order of ``input`` and of the result.
+
+    Returns
+    -------
+    array, shape (N, C, Do, Ho, Wo) (or NDHWC), in ``input``'s dtype.
+
+    Notes
+    -----
+    ``jax.grad`` runs the fused backward kernel (the displacement's gradient written
+    directly, theta's summed per row in a fixed order; no grid is formed). Forward mode
+    (``jax.jvp``/``jacfwd``) works; second derivatives in theta or displacement do not.
+
+    Examples
+    --------
+    >>> import jax, jax.numpy as jnp, volsample.jax as vj
+    >>> image = jnp.ones((1, 1, 8, 8, 8))
+    >>> flow = jnp.zeros((1, 8, 8, 8, 3))
+    >>> g = jax.grad(lambda u: vj.warp(image, displacement=u).sum())(flow)
+    >>> g.shape
+    (1, 8, 8, 8, 3)
+    """
+    input, theta, displacement = checked_arrays(input=input, theta=theta,
+                                                displacement=displacement)
+    units = UNITS.code(displacement_units)
+    call = _calls.warp(operand("input", input),
+                       None if theta is None else operand("theta", theta),
+                       None if displacement is None else operand("displacement", displacement),
+                       None if size is None else tuple(size), MODES.code(mode),
+                       PADDINGS.code(padding_mode),
+                       False if align_corners is None else align_corners, units, layout)
+    if theta is None:  # the identity (exact: 1 * b + 0 = b), as the NumPy API passes it
+        theta = jnp.broadcast_to(jnp.eye(3, 4, dtype=call.coord_dtype), call.theta_shape)
+    if displacement is None:
+        displacement = _primitives.absent(call.coord_dtype)
+    scale = call.displacement_scale
+    out, = forward_p.bind(input, theta, displacement, mode=call.mode, padding=call.padding,
+                          align_corners=call.align_corners,
+                          channels_last=call.layout == "NDHWC", scale_x=scale[0],
+                          scale_y=scale[1], scale_z=scale[2],
+                          output_spatial=tuple(call.output_spatial))
+    return out

@@ -1,0 +1,161 @@
+"""volsample.jax.warp and upsample_trilinear: the NumPy API's bits (forward and
+gradients), forward mode against finite differences and reverse mode, vmap."""
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax", reason="volsample.jax needs JAX (pip install 'volsample[jax]')")
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import ml_dtypes  # noqa: E402
+
+import volsample  # noqa: E402
+import volsample.jax as vj  # noqa: E402
+
+
+def _bits(a):
+    return np.asarray(a).view(np.uint8)
+
+
+def _warp_case(seed, dtype=np.float32, layout="NCDHW", N=2, C=2):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((N, C, 5, 6, 7)).astype(dtype)
+    if layout == "NDHWC":
+        x = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    coord = np.float64 if dtype == np.float64 else np.float32
+    theta = (np.eye(3, 4) + 0.1 * rng.standard_normal((N, 3, 4))).astype(coord)
+    displacement = (0.1 * rng.standard_normal((N, 4, 3, 5, 3))).astype(coord)
+    return x, theta, displacement
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic", "bspline"])
+@pytest.mark.parametrize("units", ["normalized", "voxels"])
+def test_warp_bits_equal_numpy(mode, units, layout):
+    x, theta, u = _warp_case(0, layout=layout)
+    kw = dict(mode=mode, padding_mode="border", align_corners=False, layout=layout,
+              displacement_units=units)
+    for args in ((theta, u), (None, u), (theta, None)):
+        expected = volsample.warp_3d(x, *args, **kw)
+        f = jax.jit(lambda a, t, d: vj.warp(a, t, d, **kw))
+        out, vjp = jax.vjp(f, *(None if a is None else jnp.asarray(a) for a in (x,) + args))
+        np.testing.assert_array_equal(_bits(out), _bits(expected))
+        gout = np.random.default_rng(1).standard_normal(expected.shape).astype(x.dtype)
+        grads = vjp(jnp.asarray(gout))
+        mask = (True, args[0] is not None, args[1] is not None)
+        expected_grads = volsample.warp_3d_backward(gout, x, *args, output_mask=mask, **kw)
+        for got, want in zip(grads, expected_grads):
+            if want is not None:
+                np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float64])
+def test_warp_dtypes_bits_equal_numpy(dtype):
+    x, theta, u = _warp_case(2, dtype)
+    expected = volsample.warp_3d(x, theta, u, mode="bicubic")
+    out, vjp = jax.vjp(lambda a, t, d: vj.warp(a, t, d, mode="bicubic"),
+                       jnp.asarray(x), jnp.asarray(theta), jnp.asarray(u))
+    np.testing.assert_array_equal(_bits(out), _bits(expected))
+    gout = np.random.default_rng(3).standard_normal(expected.shape).astype(dtype)
+    for got, want in zip(vjp(jnp.asarray(gout)),
+                         volsample.warp_3d_backward(gout, x, theta, u, mode="bicubic")):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("units", ["normalized", "voxels"])
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+def test_warp_jvp_matches_finite_differences_and_vjp(units, layout):
+    x, theta, u = _warp_case(4, np.float64, layout)
+    f = jax.jit(lambda a, t, d: vj.warp(a, t, d, mode="bicubic", padding_mode="reflection",
+                                        displacement_units=units, layout=layout))
+    rng = np.random.default_rng(5)
+    primals = tuple(map(jnp.asarray, (x, theta, u)))
+    tangents = tuple(jnp.asarray(rng.standard_normal(p.shape)) for p in primals)
+    out, tangent = jax.jvp(f, primals, tangents)
+    h = 1e-6
+    fd = (f(*(p + h * t for p, t in zip(primals, tangents)))
+          - f(*(p - h * t for p, t in zip(primals, tangents)))) / (2 * h)
+    np.testing.assert_allclose(tangent, fd, rtol=1e-5, atol=1e-7)
+    c = jnp.asarray(rng.standard_normal(out.shape))
+    _, vjp = jax.vjp(f, *primals)
+    np.testing.assert_allclose(sum(jnp.sum(g * t) for g, t in zip(vjp(c), tangents)),
+                               jnp.sum(c * tangent), rtol=1e-10)
+
+
+def test_warp_vmap_equals_one_call_with_n_folded():
+    x, theta, u = _warp_case(6, N=4)
+    f = lambda a, t, d: vj.warp(a, t, d, displacement_units="voxels")  # noqa: E731
+    fold = lambda a: jnp.asarray(a.reshape((2, 2) + a.shape[1:]))  # noqa: E731
+    batched = jax.jit(jax.vmap(f))(fold(x), fold(theta), fold(u))
+    expected = volsample.warp_3d(x, theta, u, displacement_units="voxels")
+    np.testing.assert_array_equal(_bits(batched.reshape(expected.shape)), _bits(expected))
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+def test_upsample_bits_equal_numpy(dtype, layout):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 4, 5, 6)).astype(dtype)
+    if layout == "NDHWC":
+        x = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    for kw in (dict(size=(7, 9, 11), align_corners=True), dict(scale_factor=1.7),
+               dict(scale_factor=(2.0, 0.5, 1.5), align_corners=False)):
+        expected = volsample.upsample_trilinear_3d(x, layout=layout, **kw)
+        out, vjp = jax.vjp(jax.jit(lambda a: vj.upsample_trilinear(a, layout=layout, **kw)),
+                           jnp.asarray(x))
+        np.testing.assert_array_equal(_bits(out), _bits(expected))
+        gout = rng.standard_normal(expected.shape).astype(dtype)
+        gi, = vjp(jnp.asarray(gout))
+        logical = x.shape if layout == "NCDHW" else (x.shape[0], x.shape[4]) + x.shape[1:4]
+        scales = kw.get("scale_factor")
+        scales = None if scales is None else (
+            (scales,) * 3 if np.isscalar(scales) else scales)
+        want = volsample.upsample_trilinear_3d_backward(
+            gout, logical, kw.get("align_corners", False), scales, layout=layout)
+        np.testing.assert_array_equal(_bits(gi), _bits(want))
+
+
+def test_upsample_jvp_and_second_derivatives():
+    x = jnp.asarray(np.random.default_rng(8).standard_normal((1, 2, 3, 4, 5)))
+    f = lambda a: vj.upsample_trilinear(a, scale_factor=2.0)  # noqa: E731
+    t = jnp.ones_like(x)
+    _, tangent = jax.jvp(f, (x,), (t,))
+    np.testing.assert_array_equal(tangent, f(t))  # linear
+    hessian_vector = jax.grad(lambda a: jnp.sum(jax.grad(lambda b: jnp.sum(f(b) ** 2))(a)))(x)
+    assert hessian_vector.shape == x.shape
+    batched = jax.vmap(f)(x[None].repeat(3, 0))
+    np.testing.assert_array_equal(batched[1], f(x))
+
+
+def test_upsample_same_size_is_the_input():
+    x = jnp.ones((1, 1, 2, 3, 4))
+    assert vj.upsample_trilinear(x, size=(2, 3, 4)) is x
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+def test_spline_coefficients_bits_equal_numpy(dtype, layout):
+    x = np.random.default_rng(9).standard_normal((2, 3, 4, 5, 6)).astype(dtype)
+    if layout == "NDHWC":
+        x = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    for padding in ("zeros", "border", "reflection"):
+        for align in (False, True):
+            expected = volsample.spline_coefficients(x, padding, align, layout=layout)
+            f = jax.jit(lambda a: vj.spline_coefficients(a, padding, align, layout=layout))
+            out, vjp = jax.vjp(f, jnp.asarray(x))
+            np.testing.assert_array_equal(_bits(out), _bits(expected))
+            g = np.random.default_rng(10).standard_normal(x.shape).astype(dtype)
+            want = volsample.spline.spline_coefficients_adjoint(g, padding, align, layout=layout)
+            np.testing.assert_array_equal(_bits(vjp(jnp.asarray(g))[0]), _bits(want))
+
+
+def test_spline_then_bspline_interpolates():
+    x = jnp.asarray(np.random.default_rng(11).standard_normal((1, 1, 4, 5, 6)))
+    c = vj.spline_coefficients(x, "border", True)
+    z, y, w = np.meshgrid(*(np.linspace(-1, 1, n) for n in (4, 5, 6)), indexing="ij")
+    centres = jnp.asarray(np.stack([w, y, z], -1)[None])
+    np.testing.assert_allclose(vj.grid_sample(c, centres, "bspline", "border", True), x,
+                               atol=1e-12)
+    _, tangent = jax.jvp(lambda a: vj.spline_coefficients(a), (x,), (x,))
+    np.testing.assert_allclose(tangent, vj.spline_coefficients(x))
