@@ -38,6 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 RECORDED = RESULTS / "cpu.json"
 REGISTER = RESULTS / "register.json"
+CONTRAST = RESULTS / "register-contrast.json"  # volsample bench --register --register-contrast
+JAX = RESULTS / "jax.json"  # volsample bench --filter jax
 SWEEP = RESULTS / "sweep.json"
 README = ROOT / "README.md"
 BEGIN = "<!-- figures: {} (drawn by benchmarks/figures.py) -->"
@@ -57,16 +59,20 @@ class Records:
     size sweep's (``sweep_meta``, ``sweep``: ``bench_timing.Result``)."""
 
     def __init__(self, meta: dict, results: list, register_meta: dict, register: list,
-                 sweep_meta: dict, sweep: list):
+                 sweep_meta: dict, sweep: list, contrast_meta: dict, contrast: list,
+                 jax_meta: dict, jax: list):
         self.meta, self.results = meta, results
         self.register_meta, self.register = register_meta, register
         self.sweep_meta, self.sweep = sweep_meta, sweep
+        self.contrast_meta, self.contrast = contrast_meta, contrast
+        self.jax_meta, self.jax = jax_meta, jax
 
     @classmethod
     def read(cls, cpu: Path = RECORDED, register: Path = REGISTER,
-             sweep: Path = SWEEP) -> Records:
+             sweep: Path = SWEEP, contrast: Path = CONTRAST, jax: Path = JAX) -> Records:
         return cls(*bench_report.read_json(cpu), *bench_register.read_json(register),
-                   *bench_report.read_json(sweep))
+                   *bench_report.read_json(sweep), *bench_register.read_json(contrast),
+                   *bench_report.read_json(jax))
 
     def sweep_ratio(self, direction: str, kind: str, D: int) -> float:
         """PyTorch's time over volsample's on a sweep row (the median of the rounds' ratios)."""
@@ -93,9 +99,10 @@ class Records:
         """The peer's time over volsample's (the median of the rounds' ratios)."""
         return self.result(workload, peer).ratio
 
-    def tool(self, name: str):
-        """The median of a registration tool's runs, as one ToolResult."""
-        runs = [r for r in self.register if r.tool == name]
+    def tool(self, name: str, contrast: bool = False):
+        """The median of a registration tool's runs, as one ToolResult (``contrast``: on the
+        contrast-remapped pair)."""
+        runs = [r for r in (self.contrast if contrast else self.register) if r.tool == name]
         median = lambda values: float(np.median(values))
         calls = [r.registration_s for r in runs if r.registration_s is not None]
         return bench_register.ToolResult(
@@ -139,12 +146,14 @@ def summary(rec: Records) -> str:
         ratios = [r.ratio for r in pytorch if r.workload in names]
         lines.append(f"| {bench_report.family_title(key)} | {len(ratios)} | {_x(np.median(ratios))} "
                      f"({_x(min(ratios))} to {_x(max(ratios))}) |")
-    ours, ants = rec.tool("volsample"), rec.tool("ants-syn")
+    ours, greedy, ants = (rec.tool(name) for name in ("volsample", "greedy", "ants-syn"))
     lines += ["", f"`volsample register` aligned the MNI152 template to its known deformation "
               f"(1 mm, `benchmarks/results/register.json`) to a mean Dice of "
               f"{_mean_dice(ours):.3f} and an error of {ours.error_mm:.2f} mm in {ours.wall_s:.1f} s, "
-              f"NIfTI files read and written; ANTs SyN's registration call alone took "
-              f"{ants.registration_s:.1f} s for {_mean_dice(ants):.3f} and {ants.error_mm:.2f} mm."]
+              f"NIfTI files read and written; Greedy's registration calls alone took "
+              f"{greedy.registration_s:.1f} s for {_mean_dice(greedy):.3f} and "
+              f"{greedy.error_mm:.2f} mm, ANTs SyN's {ants.registration_s:.1f} s for "
+              f"{_mean_dice(ants):.3f} and {ants.error_mm:.2f} mm."]
     return "\n".join(lines)
 
 
@@ -176,12 +185,30 @@ def register_table(rec: Records) -> str:
         f"| Greedy {m['versions']['greedy']} (its tutorial's brain MRI run, single precision) | "
         f"{g.wall_s:.1f} s, its calls {g.registration_s:.1f} s ({g.cpu_s:.1f} s) | "
         f"{g.peak_mb:.0f} MB | {dice(g)} ({_mean_dice(g):.3f}) | {g.error_mm:.2f} mm |"
-        for g in ([rec.tool("greedy")] if any(r.tool == "greedy" for r in rec.register) else [])
-    ] + ["",
-        f"`volsample register`, reading and writing its NIfTI files, took "
-        f"{ants.registration_s / ours.wall_s:.1f}x less wall time than ANTs' registration call "
-        f"alone ({ants.wall_s / ours.wall_s:.1f}x less than ANTs' whole run) and "
-        f"{ants.cpu_s / ours.cpu_s:.1f}x less CPU time."])
+        for g in [rec.tool("greedy")]
+    ] + ["", "`volsample register`, reading and writing its NIfTI files, took " + "; ".join(
+        f"{t.registration_s / ours.wall_s:.1f}x less wall time than {name}'s registration "
+        f"{calls} alone ({t.wall_s / ours.wall_s:.1f}x less than its whole run) and "
+        f"{t.cpu_s / ours.cpu_s:.1f}x less CPU time"
+        for name, calls, t in (("Greedy", "calls", rec.tool("greedy")),
+                               ("ANTs", "call", ants))) + "."])
+
+
+def contrast(rec: Records) -> str:
+    """``--loss mi`` on the contrast-remapped pair, against Greedy's ``-m NMI``."""
+    m = rec.contrast_meta
+    ours, greedy = rec.tool("volsample", contrast=True), rec.tool("greedy", contrast=True)
+    return (f"On the MNI152 pair of `volsample bench --register` (1 mm), with MOVING's "
+            f"normalised intensities x remapped to sin(3x)^2 (a smooth curve that rises, then "
+            f"falls: no linear map of a T1 gives that contrast; `--register-contrast`), "
+            f"`--loss mi` reached a mean grey/white-matter Dice of {_mean_dice(ours):.3f} "
+            f"(error {ours.error_mm:.2f} mm) in {ours.wall_s:.1f} s ({ours.cpu_s:.1f} s of CPU), "
+            f"NIfTI files read and written, where Greedy's `-m NMI` (affine, then deformable, "
+            f"100x50x10) reached {_mean_dice(greedy):.3f} ({greedy.error_mm:.2f} mm) in "
+            f"{greedy.registration_s:.1f} s for its registration calls alone ({greedy.cpu_s:.1f} s "
+            f"of CPU): {greedy.registration_s / ours.wall_s:.1f}x volsample's wall time "
+            f"(recorded {m['recorded'][:10]}, {m['threads']} threads each, {m['note']}; "
+            f"`benchmarks/results/register-contrast.json`).")
 
 
 def cubic(rec: Records) -> str:
@@ -287,8 +314,25 @@ def sweep_table(rec: Records) -> str:
     return "\n".join(lines)
 
 
+def jax(rec: Records) -> str:
+    """docs/jax.md's speed: the JAX family's tables, the door's fixed cost and vmap's."""
+    ours = {r.workload: r for r in rec.jax if r.implementation == "volsample"}
+    small = next(w for w in ours if w.startswith("jax.fwd 8^3"))
+    numpy = next(r for r in rec.jax if r.workload == small and r.implementation == "volsample-numpy")
+    vmap = [r for r in rec.jax if r.implementation == "volsample-vmap"][-1]  # the largest
+    return "\n".join([
+        bench_report.recorded_line(rec.jax_meta, rec.jax), "",
+        bench_report.markdown_families(rec.jax, heading="###"), "",
+        f"The door costs {(ours[small].median_s - numpy.median_s) * 1e6:.1f} us above the NumPy "
+        f"API at 8^3 (the forward inside `jit`: {ours[small].median_s * 1e6:.1f} us against "
+        f"{numpy.median_s * 1e6:.1f} us), and `jax.vmap` over 8 calls takes "
+        f"{vmap.ratio:.2f}x the time of the one kernel call that N = 8 makes ("
+        f"`{vmap.workload}`): it compiles to that call."])
+
+
 BLOCKS: dict[str, Callable[[Records], str]] = {
     "summary": summary, "tables": tables, "register": register_table, "cubic": cubic,
+    "contrast": contrast, "jax": jax,
     "labels": labels, "warp": warp, "warp-step": warp_step, "door": door,
     "sweep-plot": sweep_plot, "sweep-table": sweep_table}
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from volsample import cli
-from volsample.apps import bench, bench_peers, bench_plots, bench_report, bench_timing, bench_workloads
+from volsample.apps import bench, bench_jax, bench_peers, bench_plots, bench_report, bench_timing, bench_workloads
 
 torch = pytest.importorskip("torch")
 
@@ -155,8 +155,10 @@ def test_unknown_command_exits_with_usage():
 
 def test_standard_shapes_are_selected_by_name():
     # oasis: 4 grid sampling, 1 upsampling, the affine warp, the registration step and
-    # 4 cubic (bicubic, bspline; forward, backward); sweep: 6 sizes, 2 grids, 2 directions
-    for pattern, expected in (("oasis", 12), ("feature", 4), ("gib", 1), ("sweep", 24)):
+    # 4 cubic (bicubic, bspline; forward, backward), and where volsample.jax runs, JAX's
+    # forward and forward + grad; sweep: 6 sizes, 2 grids, 2 directions
+    jax = 2 if bench_jax.workloads(bench_workloads.smooth_grid) else 0
+    for pattern, expected in (("oasis", 12 + jax), ("feature", 4), ("gib", 1), ("sweep", 24)):
         chosen = bench.select(bench_workloads.suite(), pattern=pattern)
         assert len(chosen) == expected and all(pattern in w.name for w in chosen)
     oasis = [w.name for w in bench.select(bench_workloads.suite(), pattern="oasis")]

@@ -500,7 +500,7 @@ def plot(results: Sequence[ToolResult]) -> Any:
     for r in results:
         rows.setdefault(r.tool, []).append(r)
     median = lambda values: float(np.median(values))
-    fig, axes = plt.subplots(1, 2, figsize=(CHART_WIDTH, 4.2), layout="constrained")
+    fig, axes = plt.subplots(1, 2, figsize=(CHART_WIDTH, 5.0), layout="constrained")
     for ax, (what, score) in zip(axes, (
             ("mean Dice, grey and white matter (higher is better)",
              lambda r: float(np.mean(list(r.dice.values())))),
@@ -515,17 +515,16 @@ def plot(results: Sequence[ToolResult]) -> Any:
             colour = PALETTE[(k - 1) % len(PALETTE)]
             wall = median([r.wall_s for r in runs])
             calls = [r.registration_s for r in runs if r.registration_s is not None]
-            ax.scatter([wall], [y], s=80, color=colour, edgecolor="black", zorder=3)
-            ax.annotate(f"{TOOL_TITLES.get(tool, tool)}, {wall:.1f} s", (wall, y),
-                        xytext=(0, 9), textcoords="offset points", fontsize=11, ha="center",
-                        va="bottom")
+            # labelled in one legend below the charts: labels beside points that lie close
+            # together (the peers take about the same time) would overprint each other
+            title = TOOL_TITLES.get(tool, tool)
+            ax.scatter([wall], [y], s=80, color=colour, edgecolor="black", zorder=3,
+                       label=f"{title}, {wall:.1f} s")
             if calls:
                 ax.scatter([median(calls)], [y], s=80, facecolor="white", edgecolor=colour,
-                           linewidth=2, zorder=3)
+                           linewidth=2, zorder=3,
+                           label=f"{title}: its registration alone, {median(calls):.1f} s")
                 ax.plot([median(calls), wall], [y, y], color=colour, linewidth=1.5)
-                ax.annotate(f"its call alone, {median(calls):.1f} s", (median(calls), y),
-                            xytext=(0, -9), textcoords="offset points", fontsize=11,
-                            ha="center", va="top")
         ax.set_xscale("log")
         walls = [r.wall_s for r in results if r.tool != "before"]
         ax.set_xlim(min(walls) / 2.5, max(walls) * 2.5)
@@ -537,4 +536,6 @@ def plot(results: Sequence[ToolResult]) -> Any:
         ax.margins(y=0.25)
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncol=2,
+               fontsize=10, frameon=False)
     return fig
