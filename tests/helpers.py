@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import sys
 
 import ml_dtypes
@@ -129,3 +130,9 @@ def shell_environment(folder: pathlib.Path) -> dict[str, str]:
     return dict(os.environ, PATH=f"{folder}{os.pathsep}{os.environ.get('PATH', '')}",
                 PYTHONPATH=os.pathsep.join(
                     [package_root] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+
+
+# A POSIX shell for the documented commands, found where a user's shell lives even when PATH
+# holds only a virtual environment's programs (as CI's does: no compiler to fall back on).
+BASH = shutil.which("bash") or next(
+    (path for path in ("/bin/bash", "/usr/bin/bash") if os.access(path, os.X_OK)), None)

@@ -10,7 +10,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from helpers import shell_environment
+from helpers import BASH, shell_environment
 
 CLI_MD = pathlib.Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
@@ -36,7 +36,7 @@ def test_cli_md_nibabel_example_prints_and_writes_what_the_page_says(tmp_path):
     from nibabel.affines import from_matvec
     from nibabel.eulerangles import euler2mat
 
-    bash = shutil.which("bash")
+    bash = BASH
     if bash is None:
         pytest.skip("the example is a POSIX shell block")
     data = pathlib.Path(nib.__file__).parent / "tests" / "data"

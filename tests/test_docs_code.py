@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from helpers import shell_environment
+from helpers import BASH, shell_environment
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -124,8 +124,10 @@ def _run(block: Block, folder: pathlib.Path, env: dict[str, str]) -> None:
         check = next((c for (page, start), c in CHECKS.items()
                       if block.page == page and block.code.startswith(start)), "")
         argv = [sys.executable, "-c", block.code + check]
+    elif not _commands(block):  # only what CI runs itself
+        return
     else:
-        argv = ["bash", "-e", "-c", "\n".join(_commands(block))]
+        argv = [BASH, "-e", "-c", "\n".join(_commands(block))]
     run = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, f"{block}:\n{run.stderr}"
@@ -151,6 +153,8 @@ def test_stated_outputs_and_checks_name_blocks_that_exist():
 def test_page_runs_as_written(page, tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("dask")
+    if BASH is None and any(b.page == page and b.lang == "bash" for b in RUNNABLE):
+        pytest.skip("no POSIX shell (bash) to run the page's commands")
     SETUP.get(page, lambda folder: None)(tmp_path)
     env = shell_environment(tmp_path / ".bin")
     for block in RUNNABLE:
