@@ -440,20 +440,20 @@ XLA_FFI_DEFINE_HANDLER(warp_backward_handler, warp_backward,
                                              .Ret<ffi::AnyBuffer>()
                                              .Ret<ffi::AnyBuffer>()),
                               "scale_x", "scale_y", "scale_z"));
+// Upsampling's forward and its adjoint take the same binding: one volume in, one out.
+auto upsample_binding() {
+  return scales(ffi::Ffi::Bind()
+                    .Arg<ffi::AnyBuffer>()
+                    .Ret<ffi::AnyBuffer>()
+                    .Attr<bool>("align_corners")
+                    .Attr<bool>("channels_last"),
+                "scale_d", "scale_h", "scale_w");
+}
+
 XLA_FFI_DEFINE_HANDLER(upsample_forward_handler, upsample<&KernelTable::upsample_forward>,
-                       scales(ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<bool>("align_corners")
-                                  .Attr<bool>("channels_last"),
-                              "scale_d", "scale_h", "scale_w"));
+                       upsample_binding());
 XLA_FFI_DEFINE_HANDLER(upsample_backward_handler, upsample<&KernelTable::upsample_backward>,
-                       scales(ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<bool>("align_corners")
-                                  .Attr<bool>("channels_last"),
-                              "scale_d", "scale_h", "scale_w"));
+                       upsample_binding());
 
 XLA_FFI_DEFINE_HANDLER(spline_filter_handler, spline_filter,
                        ffi::Ffi::Bind()

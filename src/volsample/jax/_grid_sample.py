@@ -61,15 +61,8 @@ def _grid_tangent(input, grid, grid_tangent, **params):
     call with the channels folded into N and a cotangent of ones), dotted with the
     direction."""
     channels_last = params["channels_last"]
-    volumes = jnp.moveaxis(input, -1, 1) if channels_last else input
-    N, C = volumes.shape[:2]
-    single = volumes.reshape((N * C, 1) + volumes.shape[2:])
-    if channels_last:
-        single = jnp.moveaxis(single, 1, -1)
+    single, ones, N, C = _primitives.channels_as_batch(input, grid.shape[1:4], channels_last)
     grids = jnp.repeat(grid, C, axis=0)
-    ones = jnp.ones((N * C, 1) + grid.shape[1:4], input.dtype)
-    if channels_last:
-        ones = jnp.moveaxis(ones, 1, -1)
     _, slopes = backward_p.bind(ones, single, grids, want_input=False, want_grid=True,
                                 input_spatial=_spatial(input.shape, channels_last),
                                 **_params(params))

@@ -17,7 +17,7 @@ import functools
 import jax
 import numpy as np
 from jax.extend.core import Primitive
-from jax.interpreters import batching, mlir
+from jax.interpreters import ad, batching, mlir
 
 from .. import _backends
 
@@ -130,3 +130,37 @@ def fold_batch(primitive, args, dims, **params):
     unfolded = [o if is_absent(o) else o.reshape((size, o.shape[0] // size) + o.shape[1:])
                 for o in outs]
     return unfolded, [None if is_absent(o) else 0 for o in outs]
+
+
+def linear(primitive, transpose) -> None:
+    """Register ``primitive`` (one operand, linear in it) with JAX's autodiff: its jvp is
+    itself applied to the tangent, its transpose ``transpose(cotangent, **params)``."""
+    def jvp(primals, tangents, **params):
+        out = primitive.bind(*primals, **params)
+        tangent, = tangents
+        if type(tangent) is ad.Zero:
+            return out, [jax.numpy.zeros_like(out[0])]
+        return out, primitive.bind(tangent, **params)
+
+    def transposed(cotangents, operand, **params):
+        cotangent, = cotangents
+        if type(cotangent) is ad.Zero:
+            return [ad.Zero(operand.aval)]
+        return transpose(cotangent, **params)
+
+    ad.primitive_jvps[primitive] = jvp
+    ad.primitive_transposes[primitive] = transposed
+
+
+def channels_as_batch(input, points, channels_last: bool):
+    """``input``'s channels as a batch of one-channel volumes (N * C of them, in its layout)
+    and a cotangent of ones over ``points`` (the output's spatial shape) for each: what a
+    backward takes to give every channel's slopes in the grid's coordinates, alone, in one
+    call (the forward-mode derivatives along a grid direction). Also (N, C)."""
+    volumes = jax.numpy.moveaxis(input, -1, 1) if channels_last else input
+    N, C = volumes.shape[:2]
+    single = volumes.reshape((N * C, 1) + volumes.shape[2:])
+    ones = jax.numpy.ones((N * C, 1) + tuple(points), input.dtype)
+    if channels_last:
+        single, ones = jax.numpy.moveaxis(single, 1, -1), jax.numpy.moveaxis(ones, 1, -1)
+    return single, ones, N, C

@@ -8,7 +8,6 @@ import functools
 
 import jax
 import numpy as np
-from jax.interpreters import ad
 from jax.typing import ArrayLike
 
 from .. import _checks, _layout, _prefilter
@@ -45,24 +44,10 @@ def _bind(volume, padding, align_corners, adjoint, channels_last):
                                            channels_last))
 
 
-def _jvp(primals, tangents, **params):
-    out = filter_p.bind(*primals, **params)
-    tangent, = tangents
-    if type(tangent) is ad.Zero:
-        return out, [jax.numpy.zeros_like(out[0])]
-    return out, filter_p.bind(tangent, **params)
-
-
-def _transpose(cotangents, volume, **params):
-    cotangent, = cotangents
-    if type(cotangent) is ad.Zero:
-        return [ad.Zero(volume.aval)]
-    return _bind(cotangent, params["padding"], params["align_corners"], not params["adjoint"],
-                 params["channels_last"])
-
-
-ad.primitive_jvps[filter_p] = _jvp
-ad.primitive_transposes[filter_p] = _transpose
+# the prefilter's transpose is its adjoint (the other bands; the same volume shape)
+_primitives.linear(filter_p, lambda cotangent, **params: _bind(
+    cotangent, params["padding"], params["align_corners"], not params["adjoint"],
+    params["channels_last"]))
 
 
 def spline_coefficients(volume: ArrayLike, padding_mode: str = "border",

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax
-from jax.interpreters import ad
 from jax.typing import ArrayLike
 
 from .. import _calls, _layout
@@ -33,27 +32,8 @@ forward_p = _primitives.kernel_primitive("upsample_forward", _ATTRIBUTES, _forwa
 backward_p = _primitives.kernel_primitive("upsample_backward", _ATTRIBUTES, _backward_results)
 
 
-def _linear(primitive, transpose):
-    """``primitive``'s jvp (itself on the tangent) and transpose (``transpose``)."""
-    def jvp(primals, tangents, **params):
-        out = primitive.bind(*primals, **params)
-        tangent, = tangents
-        if type(tangent) is ad.Zero:
-            return out, [jax.numpy.zeros_like(out[0])]
-        return out, primitive.bind(tangent, **params)
-
-    def transposed(cotangents, operand, **params):
-        cotangent, = cotangents
-        if type(cotangent) is ad.Zero:
-            return [ad.Zero(operand.aval)]
-        return transpose.bind(cotangent, **params)
-
-    ad.primitive_jvps[primitive] = jvp
-    ad.primitive_transposes[primitive] = transposed
-
-
-_linear(forward_p, backward_p)
-_linear(backward_p, forward_p)
+_primitives.linear(forward_p, backward_p.bind)
+_primitives.linear(backward_p, forward_p.bind)
 
 
 def upsample_trilinear(input: ArrayLike, size: int | Sequence[int] | None = None,

@@ -78,17 +78,10 @@ def _direction_tangent(input, theta, displacement, theta_tangent, displacement_t
     grid's direction ``theta_tangent . base + displacement_tangent * scale``."""
     channels_last = params["channels_last"]
     spatial = params["output_spatial"]
-    volumes = jnp.moveaxis(input, -1, 1) if channels_last else input
-    N, C = volumes.shape[:2]
-    single = volumes.reshape((N * C, 1) + volumes.shape[2:])
-    if channels_last:
-        single = jnp.moveaxis(single, 1, -1)
+    single, ones, N, C = _primitives.channels_as_batch(input, spatial, channels_last)
     scale = _scale(params)
     offsets = (jnp.zeros((N,) + tuple(spatial) + (3,), theta.dtype) if _primitives.is_absent(
         displacement) else displacement * jnp.asarray(scale, theta.dtype))
-    ones = jnp.ones((N * C, 1) + tuple(spatial), input.dtype)
-    if channels_last:
-        ones = jnp.moveaxis(ones, 1, -1)
     unit = dict(params, scale_x=1.0, scale_y=1.0, scale_z=1.0)
     _, _, slopes = backward_p.bind(ones, single, jnp.repeat(theta, C, axis=0),
                                    jnp.repeat(offsets, C, axis=0), want_input=False,
