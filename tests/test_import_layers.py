@@ -35,7 +35,7 @@ LAYERS = [
     ("shared rules", {"volsample._tables", "volsample._dtypes", "volsample._layout",
                       "volsample._checks", "volsample._errors", "volsample._coords",
                       "volsample._weights", "volsample._torch_formats",
-                      "volsample._upsample_maps"}, ()),
+                      "volsample._upsample_maps", "volsample._result_cache"}, ()),
 ]
 # Each front door on its own: the NumPy API (the package's functions), dask, torch, aclnn.
 DOORS = {"numpy": {"volsample", "volsample.grid_sample", "volsample.upsample", "volsample.warp",

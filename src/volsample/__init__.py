@@ -10,6 +10,7 @@ custom ops, and ``volsample.aclnn`` the CANN two-phase API.
 from ._errors import (InvalidArgumentError, OutputTooLargeError, UnsupportedDTypeError,
                       VolsampleError)
 from ._config import get_deterministic, get_num_threads, set_deterministic, set_num_threads
+from ._result_cache import get_result_cache, set_result_cache
 from .grid_sample import grid_sample_3d, grid_sample_3d_backward
 from .upsample import upsample_trilinear_3d, upsample_trilinear_3d_backward
 from .warp import warp_3d, warp_3d_backward
@@ -23,5 +24,6 @@ __all__ = [
     "upsample_trilinear_3d", "upsample_trilinear_3d_backward",
     "warp_3d", "warp_3d_backward", "spline_coefficients", "compose", "integrate_velocity", "jacobian_determinant",
     "set_num_threads", "get_num_threads", "set_deterministic", "get_deterministic",
+    "set_result_cache", "get_result_cache",
     "VolsampleError", "InvalidArgumentError", "UnsupportedDTypeError", "OutputTooLargeError",
 ]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _checks
+from . import _checks, _result_cache
 from ._errors import InvalidArgumentError, OutputTooLargeError
 
 _TO_LOGICAL = {"NCDHW": (0, 1, 2, 3, 4), "NDHWC": (0, 4, 1, 2, 3)}
@@ -90,7 +90,7 @@ def memory_nbytes() -> int:
 
 def aligned_empty(shape, dtype, zero: bool = False, *, name: str = "result") -> np.ndarray:
     """``np.empty`` (or ``np.zeros``) of a C-contiguous array, starting on a cache line
-    from 1 MiB up.
+    from 1 MiB up, and from 32 MiB up in memory ``_result_cache`` keeps for reuse.
 
     A result larger than the machine's physical memory is refused before anything is
     allocated (the kernels write every byte, so it could only be written through swap, if
@@ -105,11 +105,21 @@ def aligned_empty(shape, dtype, zero: bool = False, *, name: str = "result") -> 
     try:
         if nbytes < _ALIGNED_FROM_BYTES:
             return (np.zeros if zero else np.empty)(shape, dtype)
-        raw = (np.zeros if zero else np.empty)(nbytes + ALIGNMENT, np.uint8)
+        raw = _result_cache.take(nbytes + ALIGNMENT)
+        if raw is None:
+            raw = (np.zeros if zero else np.empty)(nbytes + ALIGNMENT, np.uint8)
+        elif zero:
+            raw.fill(0)
     except MemoryError:
         raise _too_large(name, shape, dtype, nbytes, "more than can be allocated now") from None
+    return aligned_part(raw, nbytes).view(dtype).reshape(shape)
+
+
+def aligned_part(raw: np.ndarray, nbytes: int) -> np.ndarray:
+    """The ``nbytes`` of the uint8 array ``raw`` (``ALIGNMENT`` bytes longer) that start on
+    a cache line."""
     start = -raw.ctypes.data % ALIGNMENT
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return raw[start:start + nbytes]
 
 
 def allocator(shape, dtype, *, name: str = "result") -> Callable[[], np.ndarray]:

@@ -1,5 +1,6 @@
-"""The torch door's memory: results allocated in the operands' memory format and advised
-onto huge pages, and CPU tensors as NumPy arrays for the C++ backend, without copies.
+"""The torch door's memory: results allocated in the operands' memory format, advised
+onto huge pages and, from 32 MiB up, in memory the op layer's ``_result_cache`` keeps for
+reuse; and CPU tensors as NumPy arrays for the C++ backend, without copies.
 
 A CPU tensor reaches the C++ kernels as a NumPy view of its own memory in logical (N, C,
 D, H, W) order, whatever its strides (a bfloat16 tensor through its int16 bits viewed as
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import mmap
 import sys
 
@@ -17,6 +19,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from .. import _layout, _result_cache
 from .._torch_formats import memory_format
 from ._numpy_dtypes import TO_NUMPY
 
@@ -27,13 +30,50 @@ from ._numpy_dtypes import TO_NUMPY
 
 def empty_volume(shape, like: torch.Tensor, dtype=None) -> torch.Tensor:
     """An uninitialised volume of logical ``shape`` on ``like``'s device, in its format."""
-    return huge_pages(torch.empty(tuple(shape), dtype=dtype or like.dtype, device=like.device,
+    shape, dtype = tuple(shape), dtype or like.dtype
+    if _cacheable(like, shape, dtype):
+        stride = torch.empty(shape, device="meta", memory_format=memory_format(like)).stride()
+        cached = _cached_empty(shape, stride, dtype)
+        if cached is not None:
+            return cached
+    return huge_pages(torch.empty(shape, dtype=dtype, device=like.device,
                                   memory_format=memory_format(like)))
 
 
 def empty_contiguous(like: torch.Tensor) -> torch.Tensor:
     """An uninitialised contiguous tensor of ``like``'s shape, dtype and device."""
+    if _cacheable(like, like.shape, like.dtype):
+        cached = _cached_empty(tuple(like.shape), _contiguous_strides(like.shape), like.dtype)
+        if cached is not None:
+            return cached
     return huge_pages(torch.empty_like(like, memory_format=torch.contiguous_format))
+
+
+def _cacheable(like: torch.Tensor, shape, dtype: torch.dtype) -> bool:
+    """Whether a result for ``like`` is large enough for the result cache and real: a CPU
+    kernel's plain tensor (a fake or meta implementation's results stay torch's)."""
+    return (type(like) is torch.Tensor and like.device.type == "cpu"
+            and math.prod(shape) * dtype.itemsize + _layout.ALIGNMENT >= _result_cache.MIN_BYTES)
+
+
+def _cached_empty(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tensor | None:
+    """An uninitialised CPU tensor of ``shape`` and dense ``stride`` in a block of the
+    result cache, whose reference the tensor's storage holds; None if the cache is off."""
+    nbytes = (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * dtype.itemsize \
+        if all(shape) else 0
+    raw = _result_cache.take(nbytes + _layout.ALIGNMENT)
+    if raw is None:
+        return None
+    storage = torch.from_numpy(_layout.aligned_part(raw, nbytes)).untyped_storage()
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape, stride)
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(tuple(shape)):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def huge_pages(t: torch.Tensor) -> torch.Tensor:
@@ -137,9 +177,17 @@ def tensor_key(t: torch.Tensor):
 
 def allocator(t: torch.Tensor):
     """A function of no arguments that allocates an uninitialised CPU tensor of ``t``'s
-    shape, strides and dtype (advised onto huge pages where ``huge_pages`` would): a
-    prepared call's result, allocated with nothing worked out again."""
+    shape, strides and dtype (advised onto huge pages where ``huge_pages`` would, in the
+    result cache where ``empty_volume`` would): a prepared call's result, allocated with
+    nothing worked out again."""
     new = functools.partial(torch.empty_strided, tuple(t.shape), t.stride(), dtype=t.dtype)
+    if _cacheable(t, t.shape, t.dtype):
+        cached = functools.partial(_cached_empty, tuple(t.shape), t.stride(), t.dtype)
+        return lambda: _first(cached(), new)
     if t.numel() * t.element_size() < _HUGE_PAGE_BYTES:
         return new
     return lambda: huge_pages(new())
+
+
+def _first(cached: torch.Tensor | None, new) -> torch.Tensor:
+    return huge_pages(new()) if cached is None else cached
