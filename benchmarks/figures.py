@@ -19,7 +19,8 @@ quotes them sits between two markers,
     ...
     <!-- end of figures: NAME -->
 
-and is drawn by ``BLOCKS[NAME]``; the documentation build draws the charts with
+and is drawn by ``BLOCKS[NAME]`` (the blocks of cohort.json and account.json:
+``benchmarks/script_figures.py``); the documentation build draws the charts with
 ``write_charts`` (docs/conf.py), and the gallery's benchmark page plots the same file. A
 new workload in ``volsample.apps.bench_workloads.suite()`` appears in all of them after ``--record``.
 """
@@ -38,6 +39,8 @@ import numpy as np
 from volsample.apps import bench_plots, bench_register, bench_report
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # loaded by path (docs/conf.py, the tests) too
+import script_figures  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 RECORDED = RESULTS / "cpu.json"
 REGISTER = RESULTS / "register.json"
@@ -83,16 +86,6 @@ class Records:
                    *bench_report.read_json(sweep), *bench_register.read_json(contrast),
                    *bench_report.read_json(jax), json.loads(Path(cohort).read_text()),
                    json.loads(Path(account).read_text()))
-
-    def backward(self, D: int, phase: str, outputs: str | None) -> dict:
-        """The account's row of one size, phase and outputs ("new", "reused"; the plan's
-        None)."""
-        return next(r for r in self.account["backward"]
-                    if (r["D"], r["phase"], r["outputs"]) == (D, phase, outputs))
-
-    def bandwidth(self, operation: str, threads: int) -> dict:
-        return next(r for r in self.account["bandwidth"]
-                    if (r["operation"], r["threads"]) == (operation, threads))
 
     def sweep_ratio(self, direction: str, kind: str, D: int) -> float:
         """PyTorch's time over volsample's on a sweep row (the median of the rounds' ratios)."""
@@ -350,135 +343,14 @@ def jax(rec: Records) -> str:
         f"`{vmap.workload}`): it compiles to that call."])
 
 
-def _taken(record: dict, name: str, machine: str = "") -> str:
-    """When, how and where a record of its own was taken (cohort.json, account.json)."""
-    m, load = record["machine"], record["load_average"]
-    return (f"recorded {record['recorded'][:10]} by `{record['command']}` on {m['cpu']} "
-            f"({m['logical_cpus']} logical CPUs{machine}) at a load average of "
-            f"{load['before']:.1f} before and {load['after']:.1f} after, "
-            f"`benchmarks/results/{name}`")
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}{'s' * (count != 1)}"
-
-
-def cohort_throughput(rec: Records) -> str:
-    """docs/cli.md's throughput of ``register-cohort``: one process against the cluster."""
-    c = rec.cohort
-    alone, cluster = c["runs"]
-    same = "the same bits" if c["same_rows"] and c["same_files"] else "NOT the same bits"
-    return (f"The run {_taken(c, 'cohort.json')}: {c['subjects']} subjects of "
-            f"{c['size']}^3 voxels, {alone['pairs_per_minute']:.1f} pairs per minute in one "
-            f"process ({_plural(alone['threads'], 'thread')}), "
-            f"{cluster['pairs_per_minute']:.1f} on a LocalCluster of {cluster['workers']} "
-            f"workers ({_plural(cluster['threads'], 'thread')} each, its start included), "
-            f"{same}; a worker's resident memory peaked at {cluster['peak_memory_mb']:.0f} MB "
-            f"(the one process: {alone['peak_memory_mb']:.0f} MB).")
-
-
-_MB = lambda nbytes: f"{nbytes / 1e6:.0f} MB"
-# The backward's memory traffic a point (float32, C1): (phase, bytes a point, where the
-# bytes come from when the operands fit the last-level cache, and when they do not)
-_TRAFFIC = (("the plan: each output row's planes (one parallel read of the grid)", "12", "L3",
-             "memory"),
-            ("the grid, read again by the slabs", "12", "L3", "memory"),
-            ("grad_output", "4", "L3", "memory"),
-            ("grad_grid, written (each line allocated first)", "12 + 12", "L3", "memory"),
-            ("input: 8 corners a point (32 bytes of loads)", "4 beyond L2", "L2, L3",
-             "memory once, then L3 a plane later"),
-            ("grad_input: zeroed, then 8 corners added a point", "4 + 8 beyond L2", "L2, L3",
-             "memory once, then L2, L3"))
-
-
-def _sizes(rec: Records) -> list[int]:
-    return sorted({r["D"] for r in rec.account["backward"]})
-
-
-def account_bytes(rec: Records) -> str:
-    """The machine and the case of the backward's account, and its table of bytes."""
-    a, m = rec.account, rec.account["machine"]
-    sizes, l3 = _sizes(rec), m["caches"].get("L3", 0)
-    fits = {D: 36 * D**3 <= l3 for D in sizes}  # input, grad_output, grad_input 4; grid 2 x 12
-    pages = {D: rec.backward(D, "both", "new")["minor_faults"] for D in sizes}
-    caches = f"; {m['isa']}, {m['caches'].get('L2', 0) >> 10} KiB of L2 a core, {l3 >> 20} MiB of L3"
-    lines = [f"The account was {_taken(a, 'account.json', caches)}. {a['threads']} threads "
-             "split grad_input into " + " or ".join(f"{a['slabs'][str(D)]} ({D}^3)" for D in sizes)
-             + " slabs of input planes.", "",
-             "| phase | bytes a point | " + " | ".join(
-                 f"{D}^3 (the operands, {_MB(36 * D**3)}{', fit L3' if fits[D] else ''})"
-                 for D in sizes) + " |", "|---|---:|" + "---|" * len(sizes)]
-    lines += [f"| {phase} | {nbytes} | " + " | ".join(near if fits[D] else far for D in sizes)
-              + " |" for phase, nbytes, near, far in _TRAFFIC]
-    lines.append("| new pages for the two results, zeroed by the operating system | 16 | "
-                 + " | ".join(f"{_MB(16 * D**3)} a call ({pages[D]:.0f} faults)" if pages[D]
-                              else "none" for D in sizes) + " |")
-    return "\n".join(lines)
-
-
-def account_times(rec: Records) -> str:
-    """The CPU time a point of each phase, new outputs against reused, and the faults."""
-    a, sizes = rec.account, _sizes(rec)
-    ns = lambda D, phase, outputs: rec.backward(D, phase, outputs)["cpu_ns_per_point"]
-    lines = [f"Median of {a['repeats']} calls (`benchmarks/results/account.json`):", "",
-             f"| {a['threads']} threads, CPU time a point (ns) | " + " | ".join(
-                 f"{D}^3 new outputs | {D}^3 outputs reused" for D in sizes) + " |",
-             "|---|" + "---:|" * 2 * len(sizes)]
-    for phase, title in (("both", "both gradients"), ("grad_input", "grad_input only"),
-                         ("grad_grid", "grad_grid only")):
-        lines.append(f"| {title} | " + " | ".join(
-            f"{ns(D, phase, 'new'):.1f} | {ns(D, phase, 'reused'):.1f}" for D in sizes) + " |")
-    lines.append("| the plan alone | "
-                 + " | ".join(f"{ns(D, 'plan', None):.1f} | " for D in sizes) + " |")
-    big = sizes[-1]
-    extra = ns(big, "both", "new") - ns(big, "both", "reused")
-    faults = rec.backward(big, "both", "new")["minor_faults"]
-    return "\n".join(lines + [
-        "", f"At {big}^3 new outputs cost {extra:.1f} ns of CPU a point more than reused ones "
-        f"({_MB(16 * big**3)} of new pages a call, {16 / max(extra, 1e-9):.1f} GB of them a "
-        f"second of that CPU time), grad_grid's {_MB(12 * big**3)} alone "
-        f"{ns(big, 'grad_grid', 'new') - ns(big, 'grad_grid', 'reused'):.1f} ns; a call took "
-        f"{faults:.0f} minor page faults ({faults / big**3 * 1e5:.1f} in 100,000 points), "
-        f"where 4 KiB pages would take {16 * big**3 / 4096:,.0f}."])
-
-
-def account_bandwidth(rec: Records) -> str:
-    """The machine's bandwidth, and the memory's floor under the backward at scale."""
-    a = rec.account
-    counts = sorted({r["threads"] for r in a["bandwidth"]})
-    gb = lambda op, t: rec.bandwidth(op, t)["gb_per_s"]
-    mib, touch = a["bandwidth_bytes"] >> 20, rec.bandwidth("first_touch", 1)["minor_faults"]
-    lines = [f"Bandwidth in the same run ({mib} MiB a pass, median of "
-             f"{rec.bandwidth('write', 1)['passes']} passes):", "",
-             "| | " + " | ".join(_plural(t, "thread") for t in counts) + " |",
-             "|---|" + "---:|" * len(counts)]
-    for op, title in (("write", "write, memory already mapped"),
-                      ("first_touch", "first touch (zeroed by the operating system, then written)"),
-                      ("read", "read"), ("copy", "copy (bytes read and written)")):
-        lines.append(f"| {title} | " + " | ".join(f"{gb(op, t):.1f} GB/s" for t in counts) + " |")
-    big, t = _sizes(rec)[-1], a["threads"]
-    work = rec.backward(big, "both", "reused")["cpu_ns_per_point"] / t
-    floor = lambda n: (52 / gb("copy", n), 16 / gb("first_touch", n))
-    return "\n".join(lines + [
-        "", f"A first touch of {mib} MiB took {touch:.0f} minor page faults (one per "
-        f"{mib * 1024 / max(touch, 1):,.0f} KiB).", "",
-        f"The floor. At {big}^3 the backward must move about 52 bytes a point to and from "
-        f"memory (12 + 12 + 4 + 12 + 4 + 8) and have 16 zeroed: at the copy and first-touch "
-        f"bandwidths above, " + ", ".join(
-            f"{floor(n)[0]:.1f} + {floor(n)[1]:.1f} ns a point on {_plural(n, 'thread')}"
-            for n in counts)
-        + f", against {work:.1f} ns a point of the kernels' work with reused outputs "
-        f"({work * t:.1f} ns of CPU over {t} threads): {work / sum(floor(t)):.1f}x the "
-        f"memory's floor."])
-
-
 BLOCKS: dict[str, Callable[[Records], str]] = {
     "summary": summary, "tables": tables, "register": register_table, "cubic": cubic,
     "contrast": contrast, "jax": jax,
     "labels": labels, "warp": warp, "warp-step": warp_step, "door": door,
-    "sweep-plot": sweep_plot, "sweep-table": sweep_table, "cohort": cohort_throughput,
-    "account-bytes": account_bytes, "account-times": account_times,
-    "account-bandwidth": account_bandwidth}
+    "sweep-plot": sweep_plot, "sweep-table": sweep_table,
+    "cohort": script_figures.cohort_throughput, "account-bytes": script_figures.account_bytes,
+    "account-times": script_figures.account_times,
+    "account-bandwidth": script_figures.account_bandwidth}
 
 
 def drawn(text: str, records: Records | None = None) -> str:
