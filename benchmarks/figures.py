@@ -10,20 +10,24 @@
 The recorded files are the one source of the figures: ``benchmarks/results/cpu.json``
 (``volsample bench --json FILE``), ``benchmarks/results/sweep.json`` (the size sweep alone:
 ``volsample bench --filter sweep --threads 2 --json FILE``) and
-``benchmarks/results/register.json`` (``volsample bench --register --json FILE``). Every table or sentence of README.md and docs/*.md that
+``benchmarks/results/register.json`` (``volsample bench --register --json FILE``),
+``benchmarks/results/cohort.json`` (``python benchmarks/cohort.py``) and
+``benchmarks/results/account.json`` (``python benchmarks/backward_account.py``). Every table or sentence of README.md and docs/*.md that
 quotes them sits between two markers,
 
     <!-- figures: NAME (drawn by benchmarks/figures.py) -->
     ...
     <!-- end of figures: NAME -->
 
-and is drawn by ``BLOCKS[NAME]``; the documentation build draws the charts with
+and is drawn by ``BLOCKS[NAME]`` (the blocks of cohort.json and account.json:
+``benchmarks/script_figures.py``); the documentation build draws the charts with
 ``write_charts`` (docs/conf.py), and the gallery's benchmark page plots the same file. A
 new workload in ``volsample.apps.bench_workloads.suite()`` appears in all of them after ``--record``.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -35,12 +39,16 @@ import numpy as np
 from volsample.apps import bench_plots, bench_register, bench_report
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # loaded by path (docs/conf.py, the tests) too
+import script_figures  # noqa: E402
 RESULTS = ROOT / "benchmarks" / "results"
 RECORDED = RESULTS / "cpu.json"
 REGISTER = RESULTS / "register.json"
 CONTRAST = RESULTS / "register-contrast.json"  # volsample bench --register --register-contrast
 JAX = RESULTS / "jax.json"  # volsample bench --filter jax
 SWEEP = RESULTS / "sweep.json"
+COHORT = RESULTS / "cohort.json"  # python benchmarks/cohort.py
+ACCOUNT = RESULTS / "account.json"  # python benchmarks/backward_account.py
 README = ROOT / "README.md"
 BEGIN = "<!-- figures: {} (drawn by benchmarks/figures.py) -->"
 END = "<!-- end of figures: {} -->"
@@ -56,23 +64,28 @@ def documents() -> list[Path]:
 class Records:
     """The recorded runs: the bench harness's (``meta``, ``results``: ``bench_timing.Result``),
     the registration benchmark's (``register_meta``, ``register``: ``ToolResult``) and the
-    size sweep's (``sweep_meta``, ``sweep``: ``bench_timing.Result``)."""
+    size sweep's (``sweep_meta``, ``sweep``: ``bench_timing.Result``); the cohort's
+    throughput and the backward's account as their files hold them (``cohort``,
+    ``account``)."""
 
     def __init__(self, meta: dict, results: list, register_meta: dict, register: list,
                  sweep_meta: dict, sweep: list, contrast_meta: dict, contrast: list,
-                 jax_meta: dict, jax: list):
+                 jax_meta: dict, jax: list, cohort: dict, account: dict):
         self.meta, self.results = meta, results
         self.register_meta, self.register = register_meta, register
         self.sweep_meta, self.sweep = sweep_meta, sweep
         self.contrast_meta, self.contrast = contrast_meta, contrast
         self.jax_meta, self.jax = jax_meta, jax
+        self.cohort, self.account = cohort, account
 
     @classmethod
     def read(cls, cpu: Path = RECORDED, register: Path = REGISTER,
-             sweep: Path = SWEEP, contrast: Path = CONTRAST, jax: Path = JAX) -> Records:
+             sweep: Path = SWEEP, contrast: Path = CONTRAST, jax: Path = JAX,
+             cohort: Path = COHORT, account: Path = ACCOUNT) -> Records:
         return cls(*bench_report.read_json(cpu), *bench_register.read_json(register),
                    *bench_report.read_json(sweep), *bench_register.read_json(contrast),
-                   *bench_report.read_json(jax))
+                   *bench_report.read_json(jax), json.loads(Path(cohort).read_text()),
+                   json.loads(Path(account).read_text()))
 
     def sweep_ratio(self, direction: str, kind: str, D: int) -> float:
         """PyTorch's time over volsample's on a sweep row (the median of the rounds' ratios)."""
@@ -334,7 +347,10 @@ BLOCKS: dict[str, Callable[[Records], str]] = {
     "summary": summary, "tables": tables, "register": register_table, "cubic": cubic,
     "contrast": contrast, "jax": jax,
     "labels": labels, "warp": warp, "warp-step": warp_step, "door": door,
-    "sweep-plot": sweep_plot, "sweep-table": sweep_table}
+    "sweep-plot": sweep_plot, "sweep-table": sweep_table,
+    "cohort": script_figures.cohort_throughput, "account-bytes": script_figures.account_bytes,
+    "account-times": script_figures.account_times,
+    "account-bandwidth": script_figures.account_bandwidth}
 
 
 def drawn(text: str, records: Records | None = None) -> str:

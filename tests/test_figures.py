@@ -83,6 +83,62 @@ def test_a_changed_recording_changes_the_documents(tmp_path):
         assert figures.BLOCKS[name](changed) != figures.BLOCKS[name](figures.Records.read())
 
 
+def test_a_changed_cohort_or_account_changes_the_documents(tmp_path):
+    # docs/cli.md's throughput and docs/performance.md's account of the backward are drawn
+    # from benchmarks/results/cohort.json and account.json: other figures there, others here
+    figures = _figures()
+    cohort = json.loads(figures.COHORT.read_text())
+    cohort["runs"][1]["pairs_per_minute"] *= 2
+    cohort["same_files"] = False
+    account = json.loads(figures.ACCOUNT.read_text())
+    largest = max(r["D"] for r in account["backward"])
+    for r in account["backward"]:
+        if (r["D"], r["phase"], r["outputs"]) == (largest, "both", "new"):
+            r["cpu_ns_per_point"] += 5
+    for r in account["bandwidth"]:
+        r["gb_per_s"] *= 2
+    account["machine"]["caches"]["L3"] = 1 << 40  # every operand fits
+    (tmp_path / "cohort.json").write_text(json.dumps(cohort))
+    (tmp_path / "account.json").write_text(json.dumps(account))
+    records = figures.Records.read()
+    changed = figures.Records.read(cohort=tmp_path / "cohort.json",
+                                   account=tmp_path / "account.json")
+    for name in ("cohort", "account-bytes", "account-times", "account-bandwidth"):
+        assert figures.BLOCKS[name](changed) != figures.BLOCKS[name](records), name
+    assert "NOT the same bits" in figures.BLOCKS["cohort"](changed)
+    assert f"(the operands, {36 * largest**3 / 1e6:.0f} MB, fit L3)" in \
+        figures.BLOCKS["account-bytes"](changed)
+    for page, names in (("cli.md", {"cohort"}),
+                        ("performance.md", {"account-bytes", "account-times", "account-bandwidth"})):
+        text = (ROOT / "docs" / page).read_text()
+        assert names <= set(figures.blocks(text)), page
+        assert figures.drawn(text, changed) != text
+
+
+@pytest.mark.parametrize("name", ["cohort.json", "account.json"])
+def test_cohort_and_account_records_say_how_they_were_taken(name):
+    record = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
+    assert record["recorded"] and record["command"].startswith("python benchmarks/")
+    assert set(record["load_average"]) == {"before", "after"}
+    assert record["machine"]["cpu"] and record["machine"]["logical_cpus"] >= 1
+    if name == "cohort.json":
+        assert [run["workers"] for run in record["runs"]][0] is None  # one process, then a cluster
+        assert record["same_rows"] and record["same_files"]  # what docs/cli.md says of the bits
+        assert all(run["pairs_per_minute"] > 0 and run["peak_memory_mb"] > 0
+                   for run in record["runs"])
+    else:  # every cell of the account's tables
+        sizes = {r["D"] for r in record["backward"]}
+        cells = {(r["D"], r["phase"], r["outputs"]) for r in record["backward"]}
+        assert len(sizes) >= 2 and cells == {(D, phase, outputs) for D in sizes for phase, outputs
+                                             in [("plan", None)] + [
+                                                 (p, o) for p in ("both", "grad_input", "grad_grid")
+                                                 for o in ("new", "reused")]}
+        assert {(r["operation"], r["threads"]) for r in record["bandwidth"]} == {
+            (op, t) for op in ("write", "first_touch", "read", "copy")
+            for t in {1, record["threads"]}}
+        assert all(r["cpu_ns_per_point"] > 0 for r in record["backward"])
+
+
 def test_family_tables_fit_the_page():
     # At most seven columns a table, every workload in one family's table
     meta, results = bench_report.read_json(RECORDED)
