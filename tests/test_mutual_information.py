@@ -132,8 +132,9 @@ def test_everything_left_out_gives_zero():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_same_bits_for_every_thread_count_and_isa(dtype):
-    fixed_bins, warped = _pair((13, 17, 19), dtype, 32, seed=3)
+@pytest.mark.parametrize("shape", [(13, 17, 19), (5, 37, 61)])  # planes of 1 and 9 blocks
+def test_same_bits_for_every_thread_count_and_isa(shape, dtype):
+    fixed_bins, warped = _pair(shape, dtype, 32, seed=3)
     reference = _run(fixed_bins, warped, 32, threads=1)
     previous = _cpu.isa()
     try:
