@@ -132,8 +132,9 @@ def test_everything_left_out_gives_zero():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_same_bits_for_every_thread_count_and_isa(dtype):
-    fixed_bins, warped = _pair((13, 17, 19), dtype, 32, seed=3)
+@pytest.mark.parametrize("shape", [(13, 17, 19), (5, 37, 61)])  # planes of 1 and 9 blocks
+def test_same_bits_for_every_thread_count_and_isa(shape, dtype):
+    fixed_bins, warped = _pair(shape, dtype, 32, seed=3)
     reference = _run(fixed_bins, warped, 32, threads=1)
     previous = _cpu.isa()
     try:
@@ -218,6 +219,45 @@ def test_measure_bins_a_fixed_volume_of_any_memory_order():
     value, grad = measure(np.ascontiguousarray(fixed))
     assert value == registration.similarity("mi", np.ascontiguousarray(fixed), fixed)
     assert grad.shape == fixed.shape
+
+
+def test_measure_counts_the_voxels_near_where_fixed_varies_alone():
+    # a textured object on a flat background (a skull-stripped brain): the background far
+    # from it is left out, its rim counts, and the MI is weighted by the share counted
+    from volsample import registration
+    from volsample.apps.registration.losses import MI_MARGIN
+
+    rng = np.random.default_rng(6)
+    shape, inner = (48, 30, 36), (slice(16, 28), slice(10, 20), slice(12, 24))
+    fixed = np.zeros(shape)
+    fixed[inner] = rng.uniform(0.1, 1, fixed[inner].shape)
+    warped = np.clip(np.sin(3 * fixed) ** 2 + 0.1 * rng.uniform(0, 1, shape), 0, 1)
+    measure = registration.similarity_measure("mi", fixed)
+    value, grad = measure(warped)
+    assert measure.fixed.size < 0.5 * fixed.size and grad.shape == measure.fixed.shape
+    counted = np.zeros(shape, bool)  # the measure's parts, on the whole volume
+    for part in measure.parts:
+        counted[measure.box][part] = True
+    near = tuple(slice(s.start - 1 - MI_MARGIN, s.stop + 1 + MI_MARGIN) for s in inner)
+    assert counted[near].all()  # the object and its rim
+    # along H and W the parts end at the margin; along D at whole slabs (all of D here)
+    outside = np.ones(shape, bool)
+    outside[(slice(None),) + tuple(slice(s.start - 2 - MI_MARGIN, s.stop + 2 + MI_MARGIN)
+                                   for s in inner[1:])] = False
+    assert outside.any() and not counted[outside].any()
+    share = counted.mean()
+    assert measure.share == share
+    fixed_bins = np.where(counted, np.minimum(fixed * 32, 31), SKIP).astype(np.uint8)
+    expected_value, expected_grad = _oracle(fixed_bins, warped, 32, 0.0, 1.0)
+    assert value == pytest.approx(share * expected_value, rel=1e-8)
+    np.testing.assert_allclose(grad, share * expected_grad[measure.box],
+                               atol=1e-7 * share * np.abs(expected_grad).max())
+    changed = warped.copy()
+    changed[outside] = rng.uniform(0, 1, changed[outside].shape)
+    assert measure.value(changed) == value
+    rim = warped.copy()
+    rim[inner[0].start - 2, inner[1], inner[2]] = 1.0  # background beside the object
+    assert measure.value(rim) != value
 
 
 def test_bench_contrast_pair_is_non_monotonic_and_registered_with_mi(monkeypatch, tmp_path):

@@ -514,7 +514,16 @@ def test_default_affine_steps_run_up_to_a_level_of_enough_voxels(shape, iteratio
     assert registration.default_affine_iterations(shape, iterations) == expected
 
 
-def test_register_command_takes_the_default_affine_steps(tmp_path, monkeypatch):
+@pytest.mark.parametrize("levels,loss,expected", [
+    (3, "ncc", [100, 50, 25]), (5, "mse", [100, 50, 25, 12, 10]), (1, "ncc", [100]),
+    (3, "mi", [100, 50, 10]), (2, "mi", [100, 10]), (1, "mi", [100]),
+])
+def test_default_steps_halve_per_level_and_mi_takes_10_at_the_finest(levels, loss, expected):
+    assert registration.default_iterations(levels, loss) == expected
+
+
+@pytest.mark.parametrize("loss,steps", [("ncc", [100, 50]), ("mi", [100, 10])])
+def test_register_command_takes_the_default_steps(tmp_path, monkeypatch, loss, steps):
     seen = {}
 
     def register(fixed, moving, loss, **settings):
@@ -526,10 +535,15 @@ def test_register_command_takes_the_default_affine_steps(tmp_path, monkeypatch):
     np.save(tmp_path / "f.npy", volume)
     np.save(tmp_path / "m.npy", volume)
     assert main(["register", str(tmp_path / "f.npy"), str(tmp_path / "m.npy"),
-                 "--out", str(tmp_path / "out"), "--levels", "2", "--no-progress"]) == 2
-    assert seen["iterations"] == [100, 50]
+                 "--out", str(tmp_path / "out"), "--levels", "2", "--loss", loss,
+                 "--no-progress"]) == 2
+    assert seen["iterations"] == steps
     assert seen["affine_iterations"] == registration.default_affine_iterations(
-        (33, 41, 25), [100, 50]) == [100, 50]
+        (33, 41, 25), steps) == steps
+    assert main(["register", str(tmp_path / "f.npy"), str(tmp_path / "m.npy"),
+                 "--out", str(tmp_path / "out"), "--levels", "2", "--loss", loss,
+                 "--iterations", "7", "--no-progress"]) == 2
+    assert seen["iterations"] == [7, 7]
 
 
 def test_register_without_matplotlib_warns_and_writes_the_volumes(tmp_path, capsys,

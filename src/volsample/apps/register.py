@@ -84,7 +84,8 @@ def add_registration_options(parser: argparse.ArgumentParser) -> None:
                         help="resolution levels, each halving the previous (default 3)")
     parser.add_argument("--iterations", type=int, nargs="+", metavar="N",
                         help="deformable Adam steps per level, one number or one per level, "
-                             "coarsest first (default 100, halved per finer level, at least 10)")
+                             "coarsest first (default 100, halved per finer level, at least 10; "
+                             "--loss mi: 10 at the finest level)")
     parser.add_argument("--affine-iterations", type=int, nargs="+", metavar="N",
                         help="affine Adam steps per level, as --iterations (default: "
                              "--iterations at the coarsest level and at each finer one up to "
@@ -162,7 +163,8 @@ def register_files(args: argparse.Namespace) -> _Run:
         labels = tuple(_label_map(volume) for volume in label_maps)
         _same_grid(fixed, labels[0])
         _same_grid(moving, labels[1])
-    iterations = _per_level(args.iterations, args.levels)
+    iterations = _per_level(args.iterations, args.levels) if args.iterations else \
+        registration.default_iterations(args.levels, args.loss)
     affine_iterations = _per_level(args.affine_iterations, args.levels) \
         if args.affine_iterations else \
         registration.default_affine_iterations(fixed.data.shape, iterations)
@@ -181,8 +183,7 @@ def register_files(args: argparse.Namespace) -> _Run:
 
 
 def _per_level(iterations, levels):
-    """--iterations as one number per level (default 100, halved per finer level)."""
-    iterations = iterations or [max(10, 100 // 2 ** k) for k in range(levels)]
+    """--iterations (or --affine-iterations) as one number per level."""
     return iterations * levels if len(iterations) == 1 else iterations
 
 

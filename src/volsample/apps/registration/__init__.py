@@ -82,7 +82,7 @@ from .objectives import (
     objective,
 )
 from .pipeline import normalise_intensity, register, resample
-from .pyramid import AFFINE_LEVEL_VOXELS, default_affine_iterations
+from .pyramid import AFFINE_LEVEL_VOXELS, default_affine_iterations, default_iterations
 from .result import RegistrationResult
 from .stages import STALL_STEPS, Adam
 from .velocity import DEFAULT_MODEL, MODELS, dense_inverse, exponential
@@ -117,6 +117,7 @@ __all__ = [
     "resample",
     "normalise_intensity",
     "default_affine_iterations",
+    "default_iterations",
     "dice",
     "deformation_error",
     "phantom",

@@ -25,6 +25,11 @@ MI_BINS = 32  # joint histogram bins per axis of the mutual information (ANTs', 
 # the intensities the mutual information bins: normalise_intensity's 0.5th and 99.5th
 # percentiles
 INTENSITY_RANGE = (0.0, 1.0)
+# the mutual information counts the voxels within this many voxels of where the fixed
+# volume varies (``MutualInformation``); on the MNI152 pairs of ``volsample bench
+# --register`` its Dice is that of every voxel counted (within 0.001), at 0.44 of the
+# voxels at the finest level
+MI_MARGIN = 4
 
 
 def box_sum(volume: np.ndarray, radius: int, *, out: np.ndarray | None = None) -> np.ndarray:
@@ -120,10 +125,7 @@ class LocalNCC:
         self.box: tuple[slice, ...] = _WHOLE
         self.parts: tuple[tuple[slice, ...], ...] = (_WHOLE,)
         if crop:
-            rows, columns = _varying(fixed)
-            self.box = _varying_box(rows, columns, 2 * self.radius)
-            depth, height, width = self.box
-            self.parts = _slabs(rows[depth, height], columns[depth, width], 2 * self.radius)
+            self.box, self.parts = _varying_parts(fixed, 2 * self.radius)
         F = self.fixed = np.ascontiguousarray(fixed[self.box])
         inverse_count = _inverse_counts(F.shape, self.radius, F.dtype)
         self.F_sum = box_sum(F, self.radius)
@@ -172,28 +174,40 @@ class MutualInformation:
     ``normalise_intensity`` maps the 0.5th to 99.5th percentiles onto (values beyond count
     as its ends): the fixed volume's into ``bins`` bins once, here (a box Parzen window),
     the warped one's through cubic B-spline Parzen windows at each call, in the C++ kernel
-    that also gives the gradient. The joint histogram is global: every voxel counts
-    (``window`` is unused).
+    that also gives the gradient. The joint histogram is global (``window`` is unused)
+    over the voxels within ``MI_MARGIN`` voxels of where ``fixed`` varies: the ``parts``
+    of its ``box`` (``LocalNCC``'s slabs; the box's other voxels are left out). The flat
+    background of a skull-stripped image, most of its volume, then costs nothing, while
+    its rim, where a moving edge meets it, still counts. The value is that histogram's
+    MI times ``share``, the counted voxels' share of ``fixed``'s (1 where it varies
+    everywhere): its gradient per voxel is then scaled as every voxel's histogram would
+    scale it (1 / their number), which keeps its balance with the smoothness penalty (the
+    MI alone weighs 1 / ``share`` times as much against it: on the MNI152 pairs, about
+    twice, and a mean Dice 0.004 lower).
     """
 
     sign = -1
 
     def __init__(self, fixed: np.ndarray, window: int = 5, *, bins: int = MI_BINS) -> None:
         fixed = fixed if fixed.dtype in (np.float32, np.float64) else fixed.astype(np.float64)
-        self.fixed = np.ascontiguousarray(fixed)
         self.full_shape = fixed.shape
-        self.box = _WHOLE
-        self.parts = (_WHOLE,)
+        self.box, self.parts = _varying_parts(fixed, MI_MARGIN)
+        self.fixed = np.ascontiguousarray(fixed[self.box])
         self.bins = bins
         low, high = INTENSITY_RANGE
         scaled = (np.clip(self.fixed, low, high) - low) * (bins / (high - low))
-        self.fixed_bins = np.minimum(scaled, bins - 1).astype(np.uint8)
+        self.fixed_bins = np.full(self.fixed.shape, bins, np.uint8)  # bins: left out
+        for part in self.parts:
+            self.fixed_bins[part] = np.minimum(scaled[part], bins - 1)
+        self.share = int(np.count_nonzero(self.fixed_bins < bins)) / math.prod(self.full_shape)
         self.grad: np.ndarray | None = None
 
     def _run(self, warped: np.ndarray, grad: np.ndarray | None, sign: int = 1) -> float:
+        if warped.shape != self.fixed.shape:
+            warped = warped[self.box]
         warped = np.ascontiguousarray(warped, self.fixed.dtype)
-        return _similarity_kernels.mutual_information(self.fixed_bins, warped, grad, self.bins,
-                                                      *INTENSITY_RANGE, float(sign))
+        return self.share * _similarity_kernels.mutual_information(
+            self.fixed_bins, warped, grad, self.bins, *INTENSITY_RANGE, sign * self.share)
 
     def value(self, warped: np.ndarray) -> float:
         """The similarity alone."""
@@ -221,6 +235,16 @@ def _varying(volume: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rows, columns = np.empty((D, H), np.uint8), np.empty((D, W), np.uint8)
     _similarity_kernels.varying(volume, rows, columns)
     return rows.view(bool), columns.view(bool)
+
+
+def _varying_parts(fixed: np.ndarray, margin: int
+                   ) -> tuple[tuple[slice, ...], tuple[tuple[slice, ...], ...]]:
+    """The box (``_varying_box``) and its parts (``_slabs``, slices of the box) holding
+    every voxel of ``fixed`` within ``margin`` voxels of a varying one."""
+    rows, columns = _varying(fixed)
+    box = _varying_box(rows, columns, margin)
+    depth, height, width = box
+    return box, _slabs(rows[depth, height], columns[depth, width], margin)
 
 
 def _varying_box(rows: np.ndarray, columns: np.ndarray, margin: int) -> tuple[slice, ...]:

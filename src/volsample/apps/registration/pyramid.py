@@ -39,6 +39,21 @@ def _halve(volume):
 AFFINE_LEVEL_VOXELS = 32 ** 3  # see default_affine_iterations
 
 
+def default_iterations(levels: int, loss: str) -> list[int]:
+    """``volsample register``'s deformable steps per level (coarsest first): 100, halved
+    per finer level (at least 10); for "mi", 10 at the finest of several levels.
+
+    The mutual information's finest level costs the most and moves the least: on the
+    MNI152 pairs of ``volsample bench --register`` (1 mm), 10 steps there rather than 25
+    gave a mean Dice within 0.003 of theirs (contrast pair: 0.922 against 0.925;
+    same-contrast pair: 0.932 against 0.932) for 0.65 of the CPU time, as Greedy's
+    100x50x10 does."""
+    steps = [max(10, 100 // 2 ** k) for k in range(levels)]
+    if loss == "mi" and levels > 1:
+        steps[-1] = 10
+    return steps
+
+
 def default_affine_iterations(shape: Sequence[int], iterations: Sequence[int]) -> list[int]:
     """``volsample register``'s affine steps per level (coarsest first) for a fixed volume
     of ``shape``: the deformable stage's ``iterations`` at the coarsest level and at each
