@@ -41,7 +41,7 @@ def test_forward_and_gradients_bits_equal_numpy(mode, layout):
     for padding, align in itertools.product(PADDINGS, (False, True)):
         args = (mode, padding, align)
         expected = volsample.grid_sample_3d(x, grid, *args, layout=layout)
-        f = jax.jit(lambda a, g: vj.grid_sample(a, g, *args, layout=layout))
+        f = jax.jit(lambda a, g, args=args: vj.grid_sample(a, g, *args, layout=layout))
         out, vjp = jax.vjp(f, jnp.asarray(x), jnp.asarray(grid))
         np.testing.assert_array_equal(_bits(out), _bits(expected), err_msg=str(args))
         gout = np.random.default_rng(1).standard_normal(expected.shape).astype(x.dtype)
@@ -148,6 +148,20 @@ def test_vmap_equals_one_call_with_n_folded(layout):
                                                    layout=layout)
         np.testing.assert_array_equal(_bits(grads[0][b]), _bits(ei))
         np.testing.assert_array_equal(_bits(grads[1][b]), _bits(eg))
+
+
+def _kernel_calls(f, *args) -> dict:
+    text = jax.jit(f).lower(*args).as_text()
+    return {k: text.count(f"volsample_grid_sample_{k}") for k in ("forward", "backward")}
+
+
+def test_grad_of_both_operands_is_one_backward_call():
+    x, grid = map(jnp.asarray, _case(12))
+    loss = _loss("bicubic", "zeros", False)
+    assert _kernel_calls(jax.grad(loss, argnums=(0, 1)), x, grid) == {"forward": 1,
+                                                                       "backward": 1}
+    for argnum in (0, 1):
+        assert _kernel_calls(jax.grad(loss, argnum), x, grid)["backward"] == 1
 
 
 def test_vmap_is_one_kernel_call():

@@ -1,10 +1,12 @@
 """``grid_sample`` for JAX: the primitives of grid sampling and their derivatives.
 
-Three primitives: the forward (linear in the input), the backward (the forward's
-transposes: grad_input and grad_grid, each only where asked for), and the derivative
-along a grid direction (linear in that direction). Forward mode runs the forward on the
-input's tangent plus the grid-direction derivative; reverse mode transposes both, so
-``jax.grad`` runs the backward kernels, never the grid-direction derivative.
+The forward (linear in the input), the backward (the forward's transposes: grad_input
+and grad_grid, each only where asked for), the derivative along a grid direction (linear
+in that direction), and the derivative along both the input's and the grid's directions
+(linear in the pair). Forward mode runs the forward on the input's tangent, the
+grid-direction derivative, or both as one primitive; reverse mode transposes that into one
+backward call for the gradients asked for, so ``jax.grad`` runs one backward kernel call
+(one pass over the points), never the grid-direction derivative.
 """
 from __future__ import annotations
 
@@ -87,52 +89,84 @@ def _is_zero(t) -> bool:
     return type(t) is ad.Zero
 
 
+def _tangent(input_tangent, input, grid, grid_tangent, **params):
+    """The derivative along both the input's and the grid's directions, one primitive: its
+    transpose computes both gradients in one backward call, one pass over the points."""
+    along_input, = forward_p.bind(input_tangent, grid, **params)
+    along_grid, = grid_tangent_p.bind(input, grid, grid_tangent, **params)
+    return [along_input + along_grid]
+
+
+def _tangent_results(input_tangent, input, grid, grid_tangent, **params):
+    return _forward_results(input, grid, **params)
+
+
+tangent_p = _primitives.composite_primitive("grid_sample_tangent", _tangent, _tangent_results)
+
+
 def _forward_jvp(primals, tangents, **params):
     input, grid = primals
     input_tangent, grid_tangent = tangents
     out, = forward_p.bind(input, grid, **params)
-    parts = []
-    if not _is_zero(input_tangent):
-        parts.append(forward_p.bind(input_tangent, grid, **params)[0])
-    if not _is_zero(grid_tangent) and MODES.of(params["mode"]).grid_gradient:
-        parts.append(grid_tangent_p.bind(input, grid, grid_tangent, **params)[0])
-    if not parts:
-        return [out], [jnp.zeros_like(out)]
-    return [out], [parts[0] if len(parts) == 1 else parts[0] + parts[1]]
+    along_input, along_grid = not _is_zero(input_tangent), not _is_zero(grid_tangent)
+    along_grid = along_grid and MODES.of(params["mode"]).grid_gradient
+    if along_input and along_grid:
+        tangent, = tangent_p.bind(input_tangent, input, grid, grid_tangent, **params)
+    elif along_input:
+        tangent, = forward_p.bind(input_tangent, grid, **params)
+    elif along_grid:
+        tangent, = grid_tangent_p.bind(input, grid, grid_tangent, **params)
+    else:
+        tangent = jnp.zeros_like(out)
+    return [out], [tangent]
+
+
+def _gradients(cotangent, input, grid, input_aval, grid_aval, params):
+    """The cotangent's gradients of the input and the grid, each where its aval is given
+    (None: not wanted), from one backward call; a 16-bit input's rounded once. grad_input
+    alone reads no value of the input: the handler takes its shape from grad_input's, its
+    dtype from the absent operand's."""
+    want_input, want_grid = input_aval is not None, grid_aval is not None
+    if _is_zero(cotangent):
+        return [None if a is None else ad.Zero(a) for a in (input_aval, grid_aval)]
+    shape_of = input_aval if want_input else input
+    grad_input, grad_grid = backward_p.bind(
+        cotangent, input if want_grid else _primitives.absent(shape_of.dtype), grid,
+        want_input=want_input, want_grid=want_grid,
+        input_spatial=_spatial(shape_of.shape, params["channels_last"]), **_params(params))
+    return [grad_input.astype(input_aval.dtype) if want_input else None,
+            grad_grid.astype(grid_aval.dtype) if want_grid else None]
+
+
+def _aval_if_undefined(x):
+    return x.aval if ad.is_undefined_primal(x) else None
 
 
 def _forward_transpose(cotangents, input, grid, **params):
     """The transpose in the input (the grid is never linear here: forward mode takes its
-    direction through ``grid_tangent_p``)."""
-    cotangent, = cotangents
+    direction through ``grid_tangent_p`` or ``tangent_p``)."""
     if ad.is_undefined_primal(grid):
         raise NotImplementedError("volsample.jax: grid_sample is not linear in grid")
-    aval = input.aval
-    if _is_zero(cotangent):
-        return [ad.Zero(aval), None]
-    # (grad_input alone reads no value of the input: the handler takes its shape from
-    # grad_input's, its dtype from the absent operand's)
-    grad_input, _ = backward_p.bind(cotangent, _primitives.absent(aval.dtype), grid,
-                                    want_input=True, want_grid=False,
-                                    input_spatial=_spatial(aval.shape, params["channels_last"]),
-                                    **params)
-    return [grad_input.astype(aval.dtype), None]
+    grad_input, _ = _gradients(cotangents[0], None, grid, input.aval, None, params)
+    return [grad_input, None]
 
 
 def _grid_tangent_transpose(cotangents, input, grid, grid_tangent, **params):
-    cotangent, = cotangents
-    aval = grid_tangent.aval
-    if _is_zero(cotangent):
-        return [None, None, ad.Zero(aval)]
-    _, grad_grid = backward_p.bind(cotangent, input, grid, want_input=False, want_grid=True,
-                                   input_spatial=_spatial(input.shape, params["channels_last"]),
-                                   **params)
-    return [None, None, grad_grid.astype(aval.dtype)]
+    _, grad_grid = _gradients(cotangents[0], input, grid, None, grid_tangent.aval, params)
+    return [None, None, grad_grid]
+
+
+def _tangent_transpose(cotangents, input_tangent, input, grid, grid_tangent, **params):
+    grad_input, grad_grid = _gradients(cotangents[0], input, grid,
+                                       _aval_if_undefined(input_tangent),
+                                       _aval_if_undefined(grid_tangent), params)
+    return [grad_input, None, None, grad_grid]
 
 
 ad.primitive_jvps[forward_p] = _forward_jvp
 ad.primitive_transposes[forward_p] = _forward_transpose
 ad.primitive_transposes[grid_tangent_p] = _grid_tangent_transpose
+ad.primitive_transposes[tangent_p] = _tangent_transpose
 
 
 def _grid_tangent_jvp(primals, tangents, **params):

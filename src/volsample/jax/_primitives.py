@@ -82,7 +82,8 @@ def kernel_primitive(name: str, attributes: tuple[str, ...], results):
 
 def composite_primitive(name: str, implementation, results):
     """A primitive computed by ``implementation(*operands, **params)`` (other primitives and
-    jax.numpy): a named linear map that the door gives a transpose."""
+    jax.numpy): a named linear map that the door gives a transpose. Its jvp is the
+    implementation's (the door may give it another)."""
     primitive = Primitive(f"volsample_{name}")
     primitive.multiple_results = True
     primitive.def_abstract_eval(lambda *avals, **params: [
@@ -91,6 +92,12 @@ def composite_primitive(name: str, implementation, results):
     primitive.def_impl(functools.partial(_eager, primitive))
     mlir.register_lowering(primitive, mlir.lower_fun(implementation, multiple_results=True))
     batching.primitive_batchers[primitive] = functools.partial(fold_batch, primitive)
+
+    def jvp(primals, tangents, **params):
+        return jax.jvp(functools.partial(implementation, **params), primals,
+                       [ad.instantiate_zeros(t) for t in tangents])
+
+    ad.primitive_jvps[primitive] = jvp
     return primitive
 
 

@@ -1,9 +1,10 @@
 """``warp`` for JAX: grid sampling at ``affine_grid(theta) + displacement`` with no grid.
 
 As grid sampling's (``_grid_sample``): the forward (linear in the input), the backward
-(grad_input, grad_theta and grad_displacement, each only where asked for) and the
-derivative along a direction of theta and the displacement (linear in that direction;
-forward mode only: reverse mode transposes it into the backward kernel).
+(grad_input, grad_theta and grad_displacement, each only where asked for), the derivative
+along a direction of theta and the displacement (linear in that direction), and the
+derivative along the input's direction and theirs (linear in all three). Reverse mode
+transposes the derivative into one backward call for every gradient asked for.
 """
 from __future__ import annotations
 
@@ -110,52 +111,92 @@ direction_p = _primitives.composite_primitive("warp_direction_tangent", _directi
                                               _direction_results)
 
 
+def _tangent(input_tangent, input, theta, displacement, theta_tangent, displacement_tangent,
+             **params):
+    """The derivative along the input's direction and theta's and the displacement's, one
+    primitive: its transpose computes every gradient in one backward call."""
+    along_input, = forward_p.bind(input_tangent, theta, displacement, **params)
+    along_grid, = direction_p.bind(input, theta, displacement, theta_tangent,
+                                   displacement_tangent, **params)
+    return [along_input + along_grid]
+
+
+def _tangent_results(input_tangent, input, theta, displacement, *directions, **params):
+    return _forward_results(input, theta, displacement, **params)
+
+
+tangent_p = _primitives.composite_primitive("warp_tangent", _tangent, _tangent_results)
+
+
 def _forward_jvp(primals, tangents, **params):
     input, theta, displacement = primals
     t_input, t_theta, t_displacement = tangents
     out, = forward_p.bind(input, theta, displacement, **params)
-    parts = []
-    if not _is_zero(t_input):
-        parts.append(forward_p.bind(t_input, theta, displacement, **params)[0])
-    if MODES.of(params["mode"]).grid_gradient and not (
-            _is_zero(t_theta) and _is_zero(t_displacement)):
-        given = [_primitives.absent(theta.dtype) if _is_zero(t) else t
-                 for t in (t_theta, t_displacement)]
-        parts.append(direction_p.bind(input, theta, displacement, *given, **params)[0])
-    if not parts:
-        return [out], [jnp.zeros_like(out)]
-    return [out], [sum(parts[1:], parts[0])]
+    along_input = not _is_zero(t_input)
+    along_grid = MODES.of(params["mode"]).grid_gradient and not (
+        _is_zero(t_theta) and _is_zero(t_displacement))
+    # (a direction of theta or the displacement that is 0 is absent)
+    directions = [_primitives.absent(theta.dtype) if _is_zero(t) else t
+                  for t in (t_theta, t_displacement)]
+    if along_input and along_grid:
+        tangent, = tangent_p.bind(t_input, input, theta, displacement, *directions, **params)
+    elif along_input:
+        tangent, = forward_p.bind(t_input, theta, displacement, **params)
+    elif along_grid:
+        tangent, = direction_p.bind(input, theta, displacement, *directions, **params)
+    else:
+        tangent = jnp.zeros_like(out)
+    return [out], [tangent]
+
+
+def _gradients(cotangent, input, theta, displacement, avals, params):
+    """The cotangent's gradients of the input, theta and the displacement, each where its
+    aval in ``avals`` is given (None: not wanted), from one backward call. As grid
+    sampling's (``_grid_sample._gradients``): grad_input alone reads no value of the input,
+    and a 16-bit input's is rounded once."""
+    input_aval, theta_aval, displacement_aval = avals
+    if _is_zero(cotangent):
+        return [None if a is None else ad.Zero(a) for a in avals]
+    want_grid = theta_aval is not None or displacement_aval is not None
+    shape_of = input if input_aval is None else input_aval
+    grad_input, grad_theta, grad_displacement = backward_p.bind(
+        cotangent, input if want_grid else _primitives.absent(shape_of.dtype), theta,
+        displacement, want_input=input_aval is not None, want_theta=theta_aval is not None,
+        want_displacement=displacement_aval is not None,
+        input_spatial=_spatial(shape_of.shape, params), **params)
+    return [None if input_aval is None else grad_input.astype(input_aval.dtype),
+            None if theta_aval is None else grad_theta,
+            None if displacement_aval is None else grad_displacement]
+
+
+def _aval_if_undefined(x):
+    return x.aval if ad.is_undefined_primal(x) else None
 
 
 def _forward_transpose(cotangents, input, theta, displacement, **params):
     if ad.is_undefined_primal(theta) or ad.is_undefined_primal(displacement):
         raise NotImplementedError("volsample.jax: warp is not linear in theta or displacement")
-    cotangent, = cotangents
-    aval = input.aval
-    if _is_zero(cotangent):
-        return [ad.Zero(aval), None, None]
-    # (not read for grad_input alone: the handler takes its shape from grad_input's)
-    grad_input, _, _ = backward_p.bind(cotangent, _primitives.absent(aval.dtype), theta,
-                                       displacement, want_input=True, want_theta=False,
-                                       want_displacement=False,
-                                       input_spatial=_spatial(aval.shape, params), **params)
-    return [grad_input.astype(aval.dtype), None, None]
+    grad_input, _, _ = _gradients(cotangents[0], None, theta, displacement,
+                                  (input.aval, None, None), params)
+    return [grad_input, None, None]
 
 
 def _direction_transpose(cotangents, input, theta, displacement, theta_tangent,
                          displacement_tangent, **params):
-    cotangent, = cotangents
-    want_theta = ad.is_undefined_primal(theta_tangent)
-    want_displacement = ad.is_undefined_primal(displacement_tangent)
-    if _is_zero(cotangent):
-        return [None, None, None, ad.Zero(theta_tangent.aval) if want_theta else None,
-                ad.Zero(displacement_tangent.aval) if want_displacement else None]
-    _, grad_theta, grad_displacement = backward_p.bind(
-        cotangent, input, theta, displacement, want_input=False, want_theta=want_theta,
-        want_displacement=want_displacement, input_spatial=_spatial(input.shape, params),
-        **params)
-    return [None, None, None, grad_theta if want_theta else None,
-            grad_displacement if want_displacement else None]
+    _, grad_theta, grad_displacement = _gradients(
+        cotangents[0], input, theta, displacement,
+        (None, _aval_if_undefined(theta_tangent), _aval_if_undefined(displacement_tangent)),
+        params)
+    return [None, None, None, grad_theta, grad_displacement]
+
+
+def _tangent_transpose(cotangents, input_tangent, input, theta, displacement, theta_tangent,
+                       displacement_tangent, **params):
+    grad_input, grad_theta, grad_displacement = _gradients(
+        cotangents[0], input, theta, displacement,
+        tuple(map(_aval_if_undefined, (input_tangent, theta_tangent, displacement_tangent))),
+        params)
+    return [grad_input, None, None, None, grad_theta, grad_displacement]
 
 
 def _direction_jvp(primals, tangents, **params):
@@ -175,6 +216,7 @@ ad.primitive_jvps[forward_p] = _forward_jvp
 ad.primitive_transposes[forward_p] = _forward_transpose
 ad.primitive_jvps[direction_p] = _direction_jvp
 ad.primitive_transposes[direction_p] = _direction_transpose
+ad.primitive_transposes[tangent_p] = _tangent_transpose
 
 
 def warp(input: ArrayLike, theta: ArrayLike | None = None,
