@@ -150,6 +150,67 @@ def test_vmap_equals_one_call_with_n_folded(layout):
         np.testing.assert_array_equal(_bits(grads[1][b]), _bits(eg))
 
 
+def _batched(a, axis):
+    """``a``'s batch (its first axis) at ``axis``, or its first member (None: unmapped)."""
+    return a[0] if axis is None else np.moveaxis(a, 0, axis)
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("N", [1, 2])
+@pytest.mark.parametrize("in_axes", [(0, 0), (2, None), (0, None), (None, 0), (None, 3),
+                                     (2, 3)])
+def test_vmap_over_any_operands_bits_equal_numpy(in_axes, N, layout):
+    B, args = 3, ("bicubic", "zeros", False)
+    rng = np.random.default_rng(13)
+    x, grid = _case(13, layout=layout, N=B * N)
+    x, grid = x.reshape((B, N) + x.shape[1:]), grid.reshape((B, N) + grid.shape[1:])
+    f = lambda a, g: vj.grid_sample(a, g, *args, layout=layout)  # noqa: E731
+    operands = [jnp.asarray(_batched(a, axis)) for a, axis in zip((x, grid), in_axes)]
+    members = [(x[0 if in_axes[0] is None else b], grid[0 if in_axes[1] is None else b])
+               for b in range(B)]
+    out = jax.jit(jax.vmap(f, in_axes=in_axes))(*operands)
+    for b, (xb, gb) in enumerate(members):
+        np.testing.assert_array_equal(
+            _bits(out[b]), _bits(volsample.grid_sample_3d(xb, gb, *args, layout=layout)))
+    cotangent = rng.standard_normal(out.shape).astype(np.float32)
+    for wanted in ((0, 1), (0,), (1,)):  # the gradients of these operands alone
+        def vjp(a, g, c, wanted=wanted):
+            def of_wanted(*chosen):
+                full = [a, g]
+                for k, v in zip(wanted, chosen):
+                    full[k] = v
+                return f(*full)
+            return jax.vjp(of_wanted, *([a, g][k] for k in wanted))[1](c)
+        grads = jax.jit(jax.vmap(vjp, in_axes=in_axes + (0,)))(*operands, cotangent)
+        for b, (xb, gb) in enumerate(members):
+            expected = volsample.grid_sample_3d_backward(cotangent[b], xb, gb, *args,
+                                                         layout=layout)
+            for got, k in zip(grads, wanted):
+                np.testing.assert_array_equal(_bits(got[b]), _bits(expected[k]),
+                                              err_msg=str((wanted, k)))
+
+
+def _kernel_operand_shapes(f, *args):
+    """The shapes of each kernel call's operands in ``f``'s program, by primitive name."""
+    eqns = jax.make_jaxpr(f)(*args).jaxpr.eqns
+    return {e.primitive.name: [v.aval.shape for v in e.invars] for e in eqns
+            if e.primitive.name.startswith("volsample_")}
+
+
+def test_vmap_over_one_operand_copies_not_the_other():
+    x, grid = map(jnp.asarray, _case(14, N=1))
+    f = lambda a, g: vj.grid_sample(a, g)  # noqa: E731
+    volumes = jnp.stack([x] * 8)
+    shapes = _kernel_operand_shapes(jax.vmap(f, in_axes=(0, None)), volumes, grid)
+    assert shapes["volsample_grid_sample_forward"] == [(1, 8 * 3, 5, 6, 7), grid.shape]
+    grids = jnp.stack([grid] * 8)
+    shapes = _kernel_operand_shapes(jax.vmap(f, in_axes=(None, 0)), x, grids)
+    assert shapes["volsample_grid_sample_forward"] == [x.shape, (1, 8 * 4, 3, 5, 3)]
+    loss = lambda g: jnp.sum(f(x, g))  # noqa: E731
+    shapes = _kernel_operand_shapes(jax.vmap(jax.grad(loss)), grids)
+    assert shapes["volsample_grid_sample_backward"][1:] == [x.shape, (1, 8 * 4, 3, 5, 3)]
+
+
 def _kernel_calls(f, *args) -> dict:
     text = jax.jit(f).lower(*args).as_text()
     return {k: text.count(f"volsample_grid_sample_{k}") for k in ("forward", "backward")}

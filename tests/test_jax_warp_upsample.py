@@ -101,6 +101,45 @@ def test_warp_vmap_equals_one_call_with_n_folded():
 
 
 @pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("in_axes", [(0, None, None), (2, None, None), (None, 0, 0),
+                                     (0, None, 0), (None, None, 0)])
+def test_warp_vmap_over_any_operands_bits_equal_numpy(in_axes, layout):
+    B, N = 3, 2
+    x, theta, u = _warp_case(8, layout=layout, N=B * N)
+    batch = [a.reshape((B, N) + a.shape[1:]) for a in (x, theta, u)]
+    operands = [jnp.asarray(a[0] if axis is None else np.moveaxis(a, 0, axis))
+                for a, axis in zip(batch, in_axes)]
+    kw = dict(mode="bicubic", displacement_units="voxels", layout=layout)
+    f = lambda a, t, d: vj.warp(a, t, d, **kw)  # noqa: E731
+    out = jax.jit(jax.vmap(f, in_axes=in_axes))(*operands)
+    c = np.random.default_rng(9).standard_normal(out.shape).astype(np.float32)
+    for wanted in ((0, 1, 2), (0,), (2,)):
+        def vjp(a, t, d, c, wanted=wanted):
+            def of_wanted(*chosen):
+                full = [a, t, d]
+                for k, v in zip(wanted, chosen):
+                    full[k] = v
+                return f(*full)
+            return jax.vjp(of_wanted, *([a, t, d][k] for k in wanted))[1](c)
+        grads = jax.jit(jax.vmap(vjp, in_axes=in_axes + (0,)))(*operands, c)
+        for b in range(B):
+            member = [a[0 if axis is None else b] for a, axis in zip(batch, in_axes)]
+            np.testing.assert_array_equal(_bits(out[b]), _bits(volsample.warp_3d(*member, **kw)))
+            expected = volsample.warp_3d_backward(c[b], *member, **kw)
+            for got, k in zip(grads, wanted):
+                np.testing.assert_array_equal(_bits(got[b]), _bits(expected[k]),
+                                              err_msg=str((wanted, k)))
+
+
+def test_warp_vmap_over_the_input_copies_not_theta():
+    x, theta, u = _warp_case(10, N=1)
+    volumes = jnp.stack([jnp.asarray(x)] * 8)
+    jaxpr = jax.make_jaxpr(jax.vmap(lambda a: vj.warp(a, theta, u)))(volumes)
+    call, = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "volsample_warp_forward"]
+    assert [v.aval.shape for v in call.invars] == [(1, 16, 5, 6, 7), theta.shape, u.shape]
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
 def test_upsample_bits_equal_numpy(dtype, layout):
     rng = np.random.default_rng(7)

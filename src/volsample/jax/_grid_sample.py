@@ -13,7 +13,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.interpreters import ad
+from jax.interpreters import ad, batching
 from jax.typing import ArrayLike
 
 from .. import _calls, _dtypes, _layout
@@ -184,6 +184,66 @@ def _grid_tangent_jvp(primals, tangents, **params):
 
 
 ad.primitive_jvps[grid_tangent_p] = _grid_tangent_jvp
+
+
+def _fold_axes(into: str, channels_last: bool) -> tuple:
+    """Where vmap's batch axis folds, as (the input's axis, an output-shaped volume's, the
+    grid's): into N; into C (the grid unmapped: one set of weights serves every batch
+    member's channels); into the points, the output's D (the input unmapped, unread
+    beyond its own size)."""
+    channels = 4 if channels_last else 1
+    return {"N": (0, 0, 0), "C": (channels, channels, None),
+            "points": (None, 1 if channels_last else 2, 1)}[into]
+
+
+def _forward_batch(args, dims, **params):
+    """The input mapped alone folds into C, unless moving its batch axis beside C copies
+    more than broadcasting the grid would; the grid mapped alone folds into the points."""
+    input, grid = args
+    input_dim, grid_dim = dims
+    channels_last = params["channels_last"]
+    into = "N"
+    if grid_dim is None:
+        size = _primitives.batch_size(args, dims)
+        beside_channels = _fold_axes("C", channels_last)[0]
+        if (_primitives.moves_free(input.shape, input_dim, beside_channels)
+                or input.size <= size * grid.size):
+            into = "C"
+    elif input_dim is None:
+        into = "points"
+    input_at, volume_at, grid_at = _fold_axes(into, channels_last)
+    return _primitives.folded_call(forward_p, args, dims, (input_at, grid_at), volume_at,
+                                   **params)
+
+
+def _backward_batch(args, dims, *, want_input, want_grid, **params):
+    """grad_input alone with the grid unmapped folds into C; grad_grid alone with the input
+    unmapped into the points; both with the input unmapped are two calls (neither copies
+    the input); the rest into N."""
+    grad_output, input, grid = args
+    _, input_dim, grid_dim = dims
+    channels_last = params["channels_last"]
+    if want_input and want_grid and input_dim is None and not _primitives.is_absent(input):
+        absent = _primitives.absent(input.dtype)
+        (grad_input, _), (input_out, _) = _backward_batch(
+            [grad_output, absent, grid], [dims[0], None, grid_dim], want_input=True,
+            want_grid=False, **params)
+        (_, grad_grid), (_, grid_out) = _backward_batch(
+            args, dims, want_input=False, want_grid=True, **params)
+        return [grad_input, grad_grid], [input_out, grid_out]
+    into = "N"
+    if not want_grid and grid_dim is None:
+        into = "C"
+    elif not want_input and input_dim is None:
+        into = "points"
+    input_at, volume_at, grid_at = _fold_axes(into, channels_last)
+    return _primitives.folded_call(
+        backward_p, args, dims, (volume_at, input_at, grid_at), (input_at, grid_at),
+        want_input=want_input, want_grid=want_grid, **params)
+
+
+batching.primitive_batchers[forward_p] = _forward_batch
+batching.primitive_batchers[backward_p] = _backward_batch
 
 
 def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_mode: str = "zeros",

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.interpreters import ad
+from jax.interpreters import ad, batching
 from jax.typing import ArrayLike
 
 from .. import _calls, _coords, _dtypes, _layout
@@ -217,6 +217,43 @@ ad.primitive_transposes[forward_p] = _forward_transpose
 ad.primitive_jvps[direction_p] = _direction_jvp
 ad.primitive_transposes[direction_p] = _direction_transpose
 ad.primitive_transposes[tangent_p] = _tangent_transpose
+
+
+def _channels(params) -> int:
+    """Where the batch axis folds into C (a volume's channel axis)."""
+    return 4 if params["channels_last"] else 1
+
+
+def _forward_batch(args, dims, **params):
+    """The input mapped alone folds into C (one virtual grid serves every batch member's
+    channels), unless moving its batch axis beside C copies more than broadcasting theta
+    and the displacement would; the rest into N. (A displacement mapped alone cannot fold
+    into the points as a grid's can: the affine part depends on each point's place.)"""
+    input, theta, displacement = args
+    if dims[1] is None and dims[2] is None:
+        size = _primitives.batch_size(args, dims)
+        if (_primitives.moves_free(input.shape, dims[0], _channels(params))
+                or input.size <= size * (theta.size + displacement.size)):
+            at = _channels(params)
+            return _primitives.folded_call(forward_p, args, dims, (at, None, None), at,
+                                           **params)
+    return _primitives.folded_call(forward_p, args, dims, (0, 0, 0), 0, **params)
+
+
+def _backward_batch(args, dims, *, want_theta, want_displacement, **params):
+    """grad_input alone with theta and the displacement unmapped folds into C; the rest
+    into N."""
+    wants = dict(want_theta=want_theta, want_displacement=want_displacement)
+    if not (want_theta or want_displacement) and dims[2] is None and dims[3] is None:
+        at = _channels(params)
+        return _primitives.folded_call(backward_p, args, dims, (at, at, None, None),
+                                       (at, None, None), **wants, **params)
+    return _primitives.folded_call(backward_p, args, dims, (0, 0, 0, 0), 0, **wants,
+                                   **params)
+
+
+batching.primitive_batchers[forward_p] = _forward_batch
+batching.primitive_batchers[backward_p] = _backward_batch
 
 
 def warp(input: ArrayLike, theta: ArrayLike | None = None,
