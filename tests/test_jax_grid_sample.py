@@ -115,6 +115,47 @@ def test_jvp_matches_finite_differences_and_vjp(mode, layout):
                                rtol=1e-10)
 
 
+def _relative_error(got, expected) -> float:
+    got, expected = np.asarray(got), np.asarray(expected)
+    return float(np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-12))
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("mode, padding", [
+    ("bilinear", "zeros"), ("bilinear", "reflection"), ("nearest", "border"),
+    ("bicubic", "zeros"), ("bicubic", "border"), ("bspline", "reflection")])
+def test_second_derivatives_match_finite_differences_of_grad(mode, padding, layout):
+    """Forward over reverse (jvp of grad) against central differences of the gradient (the
+    kernels'), reverse over reverse against forward over reverse; nearest's grid terms
+    are 0, as its first ones are."""
+    x, grid = _case(15, np.float64, layout=layout, N=1, C=2)
+    x, grid = jnp.asarray(x), jnp.asarray(grid * 0.8)
+    gradient = jax.jit(jax.grad(_loss(mode, padding, False, layout), argnums=(0, 1)))
+    rng = np.random.default_rng(16)
+    tangents = (jnp.asarray(rng.standard_normal(x.shape)),
+                jnp.asarray(rng.standard_normal(grid.shape)))
+    _, second = jax.jvp(gradient, (x, grid), tangents)
+    h = 1e-5
+    plus = gradient(x + h * tangents[0], grid + h * tangents[1])
+    minus = gradient(x - h * tangents[0], grid - h * tangents[1])
+    for got, p, m in zip(second, plus, minus):
+        assert _relative_error(got, (p - m) / (2 * h)) < 1e-6
+    reverse = jax.grad(lambda a, g: sum(jnp.sum(d * t) for d, t in zip(gradient(a, g), tangents)),
+                       argnums=(0, 1))(x, grid)
+    for got, expected in zip(reverse, second):
+        assert _relative_error(got, expected) < 1e-12
+
+
+def test_hessian_in_the_grid_is_symmetric_and_jacfwd_of_jacrev():
+    x, grid = _case(17, np.float64, N=1, C=2)
+    x, grid = jnp.asarray(x), jnp.asarray(grid[:, :2, :1, :2] * 0.8)
+    loss = lambda g: jnp.sum(jnp.sin(vj.grid_sample(x, g, "bspline", "border")))  # noqa: E731
+    hessian = jax.hessian(loss)(grid).reshape(grid.size, grid.size)
+    np.testing.assert_allclose(hessian, hessian.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(jax.jacrev(jax.jacrev(loss))(grid).reshape(hessian.shape),
+                               hessian, rtol=1e-12, atol=1e-14)
+
+
 def test_jacfwd_equals_jacrev():
     x, grid = _case(8, np.float64, N=1, C=1)
     x, grid = x[:, :, :3, :3, :3], grid[:, :2, :1, :2]

@@ -83,6 +83,42 @@ def test_warp_jvp_matches_finite_differences_and_vjp(units, layout):
                                jnp.sum(c * tangent), rtol=1e-10)
 
 
+@pytest.mark.parametrize("units, layout", [("normalized", "NCDHW"), ("voxels", "NDHWC")])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic", "bspline"])
+def test_warp_second_derivatives_match_finite_differences_of_grad(mode, units, layout):
+    """Forward over reverse against central differences of the kernels' gradient, reverse
+    over reverse against forward over reverse, in input, theta and the displacement."""
+    x, theta, u = _warp_case(11, np.float64, layout)
+    primals = tuple(map(jnp.asarray, (x, theta, u)))
+    gradient = jax.jit(jax.grad(lambda a, t, d: jnp.sum(jnp.sin(vj.warp(
+        a, t, d, mode=mode, padding_mode="reflection", displacement_units=units,
+        layout=layout))), argnums=(0, 1, 2)))
+    rng = np.random.default_rng(12)
+    tangents = tuple(jnp.asarray(rng.standard_normal(p.shape)) for p in primals)
+    _, second = jax.jvp(gradient, primals, tangents)
+    h = 1e-5
+    plus = gradient(*(p + h * t for p, t in zip(primals, tangents)))
+    minus = gradient(*(p - h * t for p, t in zip(primals, tangents)))
+    for got, p, m in zip(second, plus, minus):
+        np.testing.assert_allclose(got, (p - m) / (2 * h), rtol=1e-5,
+                                   atol=1e-6 * float(np.max(np.abs(p))))
+    reverse = jax.grad(lambda *p: sum(jnp.sum(d * t) for d, t in zip(gradient(*p), tangents)),
+                       argnums=(0, 1, 2))(*primals)
+    for got, expected in zip(reverse, second):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_warp_hessian_in_theta_alone():
+    x, theta, _ = _warp_case(13, np.float64)
+    loss = lambda t: jnp.sum(jnp.sin(vj.warp(jnp.asarray(x), t, mode="bicubic")))  # noqa: E731
+    hessian = jax.hessian(loss)(jnp.asarray(theta)).reshape(theta.size, theta.size)
+    np.testing.assert_allclose(hessian, hessian.T, rtol=1e-10, atol=1e-12)
+    h, g = 1e-6, jax.grad(loss)  # (a small step: bicubic's curvature jumps at whole voxels)
+    fd = np.stack([(g(theta + s.reshape(theta.shape)) - g(theta - s.reshape(theta.shape)))
+                   .ravel() / (2 * h) for s in h * np.eye(theta.size)])
+    np.testing.assert_allclose(hessian, fd, rtol=1e-6, atol=1e-5)
+
+
 def test_warp_grad_of_every_operand_is_one_backward_call():
     primals = tuple(map(jnp.asarray, _warp_case(7)))
     loss = lambda a, t, d: jnp.sum(jnp.sin(vj.warp(a, t, d, mode="bicubic")))  # noqa: E731

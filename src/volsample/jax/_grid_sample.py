@@ -6,9 +6,13 @@ in that direction), and the derivative along both the input's and the grid's dir
 (linear in the pair). Forward mode runs the forward on the input's tangent, the
 grid-direction derivative, or both as one primitive; reverse mode transposes that into one
 backward call for the gradients asked for, so ``jax.grad`` runs one backward kernel call
-(one pass over the points), never the grid-direction derivative.
+(one pass over the points), never the grid-direction derivative. The derivatives of the
+backward and of the grid-direction derivative (second derivatives) are JAX's own of the
+sampler written in jax.numpy (``_taps``).
 """
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -18,14 +22,18 @@ from jax.typing import ArrayLike
 
 from .. import _calls, _dtypes, _layout
 from .._tables import MODES, PADDINGS
-from . import _primitives
+from . import _primitives, _taps
 from ._operands import checked_arrays, operand
 
 _ATTRIBUTES = ("mode", "padding", "align_corners", "channels_last")
 
 
+def _layout_name(channels_last: bool) -> str:
+    return "NDHWC" if channels_last else "NCDHW"
+
+
 def _forward_results(input, grid, *, mode, padding, align_corners, channels_last):
-    layout = "NDHWC" if channels_last else "NCDHW"
+    layout = _layout_name(channels_last)
     logical = _layout.logical_shape(input.shape, layout)
     shape = _layout.physical_shape(logical[:2] + tuple(grid.shape[1:4]), layout)
     return [(shape, input.dtype)]
@@ -37,7 +45,7 @@ def _backward_results(grad_output, input, grid, *, mode, padding, align_corners,
     for. An absent input (grad_input alone reads none of its values; the handler takes
     its shape from grad_input's) is of grad_output's N and C and ``input_spatial``."""
     compute = _dtypes.compute_dtype(np.dtype(input.dtype), np.dtype(grid.dtype))
-    layout = "NDHWC" if channels_last else "NCDHW"
+    layout = _layout_name(channels_last)
     logical = _layout.logical_shape(grad_output.shape, layout)
     input_shape = _layout.physical_shape(logical[:2] + tuple(input_spatial), layout)
     return [(input_shape if want_input else (0,), compute),
@@ -169,21 +177,61 @@ ad.primitive_transposes[grid_tangent_p] = _grid_tangent_transpose
 ad.primitive_transposes[tangent_p] = _tangent_transpose
 
 
+def _sampler(params):
+    """Grid sampling in jax.numpy (``_taps``): what JAX differentiates for the derivatives
+    of the kernels' derivatives."""
+    return functools.partial(_taps.sample, **_params(params))
+
+
 def _grid_tangent_jvp(primals, tangents, **params):
-    """Linear in the direction; its derivative in the input or grid (a second derivative of
-    grid sampling) is not implemented."""
+    """Linear in the direction: itself along the direction's tangent. Along the input's or
+    the grid's (second derivatives), JAX's derivative of the same derivative of the
+    sampler in jax.numpy."""
     input, grid, direction = primals
     t_input, t_grid, t_direction = tangents
-    if not (_is_zero(t_input) and _is_zero(t_grid)):
-        raise NotImplementedError(
-            "volsample.jax: second derivatives of grid_sample in the grid are not implemented")
     out = grid_tangent_p.bind(input, grid, direction, **params)
-    if _is_zero(t_direction):
-        return out, [jnp.zeros_like(out[0])]
-    return out, grid_tangent_p.bind(input, grid, t_direction, **params)
+    parts = []
+    if not _is_zero(t_direction):
+        parts.append(grid_tangent_p.bind(input, grid, t_direction, **params)[0])
+    if not (_is_zero(t_input) and _is_zero(t_grid)):
+        sample = _sampler(params)
+
+        def along_direction(input, grid):
+            return jax.jvp(lambda g: sample(input, g), (grid,), (direction,))[1]
+
+        parts.append(_primitives.jvp_along(along_direction, (input, grid),
+                                           (t_input, t_grid)).astype(input.dtype))
+    return out, [sum(parts[1:], parts[0]) if parts else jnp.zeros_like(out[0])]
+
+
+def _backward_jvp(primals, tangents, *, want_input, want_grid, input_spatial, **params):
+    """The derivative of the gradients: JAX's derivative of the sampler's in jax.numpy (an
+    absent input, unread by grad_input, taken as zeros of its shape)."""
+    grad_output, input, grid = primals
+    outs = backward_p.bind(*primals, want_input=want_input, want_grid=want_grid,
+                           input_spatial=input_spatial, **params)
+    if all(_is_zero(t) for t in tangents):
+        return outs, [jnp.zeros_like(o) for o in outs]
+    compute = _taps.compute_dtype(input, grid)
+    if _primitives.is_absent(input):
+        channels_last = params["channels_last"]
+        logical = _layout.logical_shape(grad_output.shape, _layout_name(channels_last))
+        input = jnp.zeros(_layout.physical_shape(logical[:2] + tuple(input_spatial),
+                                                 _layout_name(channels_last)), input.dtype)
+    sample = _sampler(params)
+
+    def gradients(grad_output, input, grid):
+        _, vjp = jax.vjp(sample, input.astype(compute), grid.astype(compute))
+        grad_input, grad_grid = vjp(grad_output.astype(compute))
+        return [grad_input if want_input else _primitives.absent(compute),
+                grad_grid.astype(grid.dtype) if want_grid else _primitives.absent(grid.dtype)]
+
+    derivatives = _primitives.jvp_along(gradients, (grad_output, input, grid), tangents)
+    return outs, derivatives
 
 
 ad.primitive_jvps[grid_tangent_p] = _grid_tangent_jvp
+ad.primitive_jvps[backward_p] = _backward_jvp
 
 
 def _fold_axes(into: str, channels_last: bool) -> tuple:
@@ -276,8 +324,10 @@ def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear", paddi
     Notes
     -----
     Checked when traced; runs the C++ kernels through XLA's FFI inside ``jax.jit``.
-    ``jax.grad``/``vjp`` run the backward kernels (grad_input and grad_grid each only when
-    differentiated); ``jax.jvp``/``jacfwd`` work; ``jax.vmap`` folds the batch into N.
+    ``jax.grad``/``vjp`` run one backward kernel call for the gradients differentiated;
+    ``jax.jvp``/``jacfwd`` work, and second and higher derivatives (``jax.hessian``) in
+    every operand (nearest's in the grid are 0); ``jax.vmap`` folds the batch into N, C
+    or the points, one kernel call.
 
     Examples
     --------

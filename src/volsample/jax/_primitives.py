@@ -199,6 +199,20 @@ def linear(primitive, transpose) -> None:
     ad.primitive_transposes[primitive] = transposed
 
 
+def jvp_along(fn, primals, tangents):
+    """``fn``'s derivative at ``primals`` along the tangents that are neither symbolic zeros
+    nor None (the others' operands held), by JAX's own differentiation of ``fn``."""
+    moving = [k for k, t in enumerate(tangents) if t is not None and type(t) is not ad.Zero]
+
+    def of_moving(*values):
+        operands = list(primals)
+        for k, v in zip(moving, values):
+            operands[k] = v
+        return fn(*operands)
+
+    return jax.jvp(of_moving, [primals[k] for k in moving], [tangents[k] for k in moving])[1]
+
+
 def channels_as_batch(input, points, channels_last: bool):
     """``input``'s channels as a batch of one-channel volumes (N * C of them, in its layout)
     and a cotangent of ones over ``points`` (the output's spatial shape) for each: what a

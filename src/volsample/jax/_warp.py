@@ -4,7 +4,8 @@ As grid sampling's (``_grid_sample``): the forward (linear in the input), the ba
 (grad_input, grad_theta and grad_displacement, each only where asked for), the derivative
 along a direction of theta and the displacement (linear in that direction), and the
 derivative along the input's direction and theirs (linear in all three). Reverse mode
-transposes the derivative into one backward call for every gradient asked for.
+transposes the derivative into one backward call for every gradient asked for. Second
+derivatives are JAX's own of the warp written in jax.numpy (``_taps``).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from jax.typing import ArrayLike
 
 from .. import _calls, _coords, _dtypes, _layout
 from .._tables import MODES, PADDINGS, UNITS
-from . import _primitives
+from . import _primitives, _taps
 from ._operands import checked_arrays, operand
 
 _ATTRIBUTES = ("mode", "padding", "align_corners", "channels_last", "scale_x", "scale_y",
@@ -199,19 +200,76 @@ def _tangent_transpose(cotangents, input_tangent, input, theta, displacement, th
     return [grad_input, None, None, None, grad_theta, grad_displacement]
 
 
+def _sampler(params):
+    """A warp in jax.numpy (``_taps``), ``sample(input, theta, displacement)`` (an absent
+    displacement: none): what JAX differentiates for the derivatives of the kernels'
+    derivatives."""
+    base = _base_grid(params["output_spatial"], params["align_corners"])
+    scale = _scale(params)
+    attributes = {k: params[k] for k in ("mode", "padding", "align_corners", "channels_last")}
+
+    def sample(input, theta, displacement):
+        grid = _taps.warp_grid(theta, None if _primitives.is_absent(displacement)
+                               else displacement, base, scale)
+        return _taps.sample(input, grid, **attributes)
+
+    return sample
+
+
 def _direction_jvp(primals, tangents, **params):
-    if not all(_is_zero(t) for t in tangents[:3]):
-        raise NotImplementedError(
-            "volsample.jax: second derivatives of warp in theta or displacement are not "
-            "implemented")
+    """Linear in the direction: itself along the direction's tangent. Along the input's,
+    theta's or the displacement's (second derivatives), JAX's derivative of the same
+    derivative of the warp in jax.numpy."""
+    input, theta, displacement, theta_direction, displacement_direction = primals
     out = direction_p.bind(*primals, **params)
-    directions = [_primitives.absent(primals[1].dtype) if _is_zero(t) else t
-                  for t in tangents[3:]]
-    if all(_is_zero(t) for t in tangents[3:]):
-        return out, [jnp.zeros_like(out[0])]
-    return out, direction_p.bind(*primals[:3], *directions, **params)
+    parts = []
+    if not all(_is_zero(t) for t in tangents[3:]):
+        directions = [_primitives.absent(theta.dtype) if _is_zero(t) else t
+                      for t in tangents[3:]]
+        parts.append(direction_p.bind(input, theta, displacement, *directions, **params)[0])
+    if not all(_is_zero(t) for t in tangents[:3]):
+        sample = _sampler(params)
+        moved = [None if _primitives.is_absent(d) else d
+                 for d in (theta_direction, displacement_direction)]
+
+        def along_direction(input, theta, displacement):
+            return _primitives.jvp_along(lambda t, d: sample(input, t, d),
+                                         (theta, displacement), moved)
+
+        parts.append(_primitives.jvp_along(along_direction, primals[:3],
+                                           tangents[:3]).astype(input.dtype))
+    return out, [sum(parts[1:], parts[0]) if parts else jnp.zeros_like(out[0])]
 
 
+def _backward_jvp(primals, tangents, *, want_input, want_theta, want_displacement,
+                  input_spatial, **params):
+    """The derivative of the gradients: JAX's derivative of the warp's in jax.numpy (an
+    absent input, unread by grad_input, taken as zeros of its shape)."""
+    grad_output, input, theta, displacement = primals
+    wants = dict(want_input=want_input, want_theta=want_theta,
+                 want_displacement=want_displacement, input_spatial=input_spatial)
+    outs = backward_p.bind(*primals, **wants, **params)
+    if all(_is_zero(t) for t in tangents):
+        return outs, [jnp.zeros_like(o) for o in outs]
+    compute = _taps.compute_dtype(input, theta)
+    if _primitives.is_absent(input):
+        logical = _layout.logical_shape(grad_output.shape, _layout_of(params))
+        input = jnp.zeros(_layout.physical_shape(logical[:2] + tuple(input_spatial),
+                                                 _layout_of(params)), input.dtype)
+    sample = _sampler(params)
+
+    def gradients(grad_output, input, theta, displacement):
+        _, vjp = jax.vjp(sample, input.astype(compute), theta, displacement)
+        grads = vjp(grad_output.astype(compute))
+        return [g if want else _primitives.absent(o.dtype)
+                for g, want, o in zip(grads, (want_input, want_theta, want_displacement),
+                                      outs)]
+
+    primals = (grad_output, input, theta, displacement)
+    return outs, _primitives.jvp_along(gradients, primals, tangents)
+
+
+ad.primitive_jvps[backward_p] = _backward_jvp
 ad.primitive_jvps[forward_p] = _forward_jvp
 ad.primitive_transposes[forward_p] = _forward_transpose
 ad.primitive_jvps[direction_p] = _direction_jvp
@@ -290,8 +348,9 @@ def warp(input: ArrayLike, theta: ArrayLike | None = None,
     Notes
     -----
     ``jax.grad`` runs the fused backward kernel (the displacement's gradient written
-    directly, theta's summed per row in a fixed order; no grid is formed). Forward mode
-    (``jax.jvp``/``jacfwd``) works; second derivatives in theta or displacement do not.
+    directly, theta's summed per row in a fixed order; no grid is formed), once for every
+    gradient differentiated. Forward mode (``jax.jvp``/``jacfwd``) works, and second and
+    higher derivatives (``jax.hessian``) in every operand.
 
     Examples
     --------
