@@ -3,9 +3,10 @@
 Each primitive is one kernel call on XLA's buffers (``src/cpp/bind_jax.cpp``): its
 parameters are the call's kernel integers and flags, passed to the handler as attributes;
 its abstract evaluation gives the results' shapes and dtypes; its batching rule folds
-vmap's batch axis into N (one kernel call for the whole batch). The door's modules give
-them their derivatives (``ad.primitive_jvps``, ``ad.primitive_transposes``): the
-primitives here know nothing of differentiation.
+vmap's batch axis into N (one kernel call for the whole batch; ``folded_call`` lets the
+door's modules fold it into another axis instead). The door's modules give them their
+derivatives (``ad.primitive_jvps``, ``ad.primitive_transposes``): the kernel primitives
+here know nothing of differentiation.
 
 Operands absent from a call (a warp without displacement) and results not asked for (a
 gradient not wanted) are arrays of shape (0,): the handlers read them as absent.
