@@ -250,6 +250,9 @@ def test_vmap_over_one_operand_copies_not_the_other():
     loss = lambda g: jnp.sum(f(x, g))  # noqa: E731
     shapes = _kernel_operand_shapes(jax.vmap(jax.grad(loss)), grids)
     assert shapes["volsample_grid_sample_backward"][1:] == [x.shape, (1, 8 * 4, 3, 5, 3)]
+    # jacfwd maps only the directions: the grid-gradient kernel runs once, for all of them
+    shapes = _kernel_operand_shapes(jax.jacfwd(lambda g: f(x, g)), grid)
+    assert shapes["volsample_grid_sample_backward"][2] == (3,) + grid.shape[1:]
 
 
 def _kernel_calls(f, *args) -> dict:
