@@ -41,7 +41,7 @@ def test_forward_and_gradients_bits_equal_numpy(mode, layout):
     for padding, align in itertools.product(PADDINGS, (False, True)):
         args = (mode, padding, align)
         expected = volsample.grid_sample_3d(x, grid, *args, layout=layout)
-        f = jax.jit(lambda a, g: vj.grid_sample(a, g, *args, layout=layout))
+        f = jax.jit(lambda a, g, args=args: vj.grid_sample(a, g, *args, layout=layout))
         out, vjp = jax.vjp(f, jnp.asarray(x), jnp.asarray(grid))
         np.testing.assert_array_equal(_bits(out), _bits(expected), err_msg=str(args))
         gout = np.random.default_rng(1).standard_normal(expected.shape).astype(x.dtype)
@@ -115,6 +115,47 @@ def test_jvp_matches_finite_differences_and_vjp(mode, layout):
                                rtol=1e-10)
 
 
+def _relative_error(got, expected) -> float:
+    got, expected = np.asarray(got), np.asarray(expected)
+    return float(np.max(np.abs(got - expected)) / max(np.max(np.abs(expected)), 1e-12))
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("mode, padding", [
+    ("bilinear", "zeros"), ("bilinear", "reflection"), ("nearest", "border"),
+    ("bicubic", "zeros"), ("bicubic", "border"), ("bspline", "reflection")])
+def test_second_derivatives_match_finite_differences_of_grad(mode, padding, layout):
+    """Forward over reverse (jvp of grad) against central differences of the gradient (the
+    kernels'), reverse over reverse against forward over reverse; nearest's grid terms
+    are 0, as its first ones are."""
+    x, grid = _case(15, np.float64, layout=layout, N=1, C=2)
+    x, grid = jnp.asarray(x), jnp.asarray(grid * 0.8)
+    gradient = jax.jit(jax.grad(_loss(mode, padding, False, layout), argnums=(0, 1)))
+    rng = np.random.default_rng(16)
+    tangents = (jnp.asarray(rng.standard_normal(x.shape)),
+                jnp.asarray(rng.standard_normal(grid.shape)))
+    _, second = jax.jvp(gradient, (x, grid), tangents)
+    h = 1e-5
+    plus = gradient(x + h * tangents[0], grid + h * tangents[1])
+    minus = gradient(x - h * tangents[0], grid - h * tangents[1])
+    for got, p, m in zip(second, plus, minus):
+        assert _relative_error(got, (p - m) / (2 * h)) < 1e-6
+    reverse = jax.grad(lambda a, g: sum(jnp.sum(d * t) for d, t in zip(gradient(a, g), tangents)),
+                       argnums=(0, 1))(x, grid)
+    for got, expected in zip(reverse, second):
+        assert _relative_error(got, expected) < 1e-12
+
+
+def test_hessian_in_the_grid_is_symmetric_and_jacfwd_of_jacrev():
+    x, grid = _case(17, np.float64, N=1, C=2)
+    x, grid = jnp.asarray(x), jnp.asarray(grid[:, :2, :1, :2] * 0.8)
+    loss = lambda g: jnp.sum(jnp.sin(vj.grid_sample(x, g, "bspline", "border")))  # noqa: E731
+    hessian = jax.hessian(loss)(grid).reshape(grid.size, grid.size)
+    np.testing.assert_allclose(hessian, hessian.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(jax.jacrev(jax.jacrev(loss))(grid).reshape(hessian.shape),
+                               hessian, rtol=1e-12, atol=1e-14)
+
+
 def test_jacfwd_equals_jacrev():
     x, grid = _case(8, np.float64, N=1, C=1)
     x, grid = x[:, :, :3, :3, :3], grid[:, :2, :1, :2]
@@ -148,6 +189,84 @@ def test_vmap_equals_one_call_with_n_folded(layout):
                                                    layout=layout)
         np.testing.assert_array_equal(_bits(grads[0][b]), _bits(ei))
         np.testing.assert_array_equal(_bits(grads[1][b]), _bits(eg))
+
+
+def _batched(a, axis):
+    """``a``'s batch (its first axis) at ``axis``, or its first member (None: unmapped)."""
+    return a[0] if axis is None else np.moveaxis(a, 0, axis)
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("N", [1, 2])
+@pytest.mark.parametrize("in_axes", [(0, 0), (2, None), (0, None), (None, 0), (None, 3),
+                                     (2, 3)])
+def test_vmap_over_any_operands_bits_equal_numpy(in_axes, N, layout):
+    B, args = 3, ("bicubic", "zeros", False)
+    rng = np.random.default_rng(13)
+    x, grid = _case(13, layout=layout, N=B * N)
+    x, grid = x.reshape((B, N) + x.shape[1:]), grid.reshape((B, N) + grid.shape[1:])
+    f = lambda a, g: vj.grid_sample(a, g, *args, layout=layout)  # noqa: E731
+    operands = [jnp.asarray(_batched(a, axis)) for a, axis in zip((x, grid), in_axes)]
+    members = [(x[0 if in_axes[0] is None else b], grid[0 if in_axes[1] is None else b])
+               for b in range(B)]
+    out = jax.jit(jax.vmap(f, in_axes=in_axes))(*operands)
+    for b, (xb, gb) in enumerate(members):
+        np.testing.assert_array_equal(
+            _bits(out[b]), _bits(volsample.grid_sample_3d(xb, gb, *args, layout=layout)))
+    cotangent = rng.standard_normal(out.shape).astype(np.float32)
+    for wanted in ((0, 1), (0,), (1,)):  # the gradients of these operands alone
+        def vjp(a, g, c, wanted=wanted):
+            def of_wanted(*chosen):
+                full = [a, g]
+                for k, v in zip(wanted, chosen):
+                    full[k] = v
+                return f(*full)
+            return jax.vjp(of_wanted, *([a, g][k] for k in wanted))[1](c)
+        grads = jax.jit(jax.vmap(vjp, in_axes=in_axes + (0,)))(*operands, cotangent)
+        for b, (xb, gb) in enumerate(members):
+            expected = volsample.grid_sample_3d_backward(cotangent[b], xb, gb, *args,
+                                                         layout=layout)
+            for got, k in zip(grads, wanted):
+                np.testing.assert_array_equal(_bits(got[b]), _bits(expected[k]),
+                                              err_msg=str((wanted, k)))
+
+
+def _kernel_operand_shapes(f, *args):
+    """The shapes of each kernel call's operands in ``f``'s program, by primitive name."""
+    eqns = jax.make_jaxpr(f)(*args).jaxpr.eqns
+    return {e.primitive.name: [v.aval.shape for v in e.invars] for e in eqns
+            if e.primitive.name.startswith("volsample_")}
+
+
+def test_vmap_over_one_operand_copies_not_the_other():
+    x, grid = map(jnp.asarray, _case(14, N=1))
+    f = lambda a, g: vj.grid_sample(a, g)  # noqa: E731
+    volumes = jnp.stack([x] * 8)
+    shapes = _kernel_operand_shapes(jax.vmap(f, in_axes=(0, None)), volumes, grid)
+    assert shapes["volsample_grid_sample_forward"] == [(1, 8 * 3, 5, 6, 7), grid.shape]
+    grids = jnp.stack([grid] * 8)
+    shapes = _kernel_operand_shapes(jax.vmap(f, in_axes=(None, 0)), x, grids)
+    assert shapes["volsample_grid_sample_forward"] == [x.shape, (1, 8 * 4, 3, 5, 3)]
+    loss = lambda g: jnp.sum(f(x, g))  # noqa: E731
+    shapes = _kernel_operand_shapes(jax.vmap(jax.grad(loss)), grids)
+    assert shapes["volsample_grid_sample_backward"][1:] == [x.shape, (1, 8 * 4, 3, 5, 3)]
+    # jacfwd maps only the directions: the grid-gradient kernel runs once, for all of them
+    shapes = _kernel_operand_shapes(jax.jacfwd(lambda g: f(x, g)), grid)
+    assert shapes["volsample_grid_sample_backward"][2] == (3,) + grid.shape[1:]
+
+
+def _kernel_calls(f, *args) -> dict:
+    text = jax.jit(f).lower(*args).as_text()
+    return {k: text.count(f"volsample_grid_sample_{k}") for k in ("forward", "backward")}
+
+
+def test_grad_of_both_operands_is_one_backward_call():
+    x, grid = map(jnp.asarray, _case(12))
+    loss = _loss("bicubic", "zeros", False)
+    assert _kernel_calls(jax.grad(loss, argnums=(0, 1)), x, grid) == {"forward": 1,
+                                                                       "backward": 1}
+    for argnum in (0, 1):
+        assert _kernel_calls(jax.grad(loss, argnum), x, grid)["backward"] == 1
 
 
 def test_vmap_is_one_kernel_call():

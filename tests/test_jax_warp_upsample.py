@@ -83,6 +83,50 @@ def test_warp_jvp_matches_finite_differences_and_vjp(units, layout):
                                jnp.sum(c * tangent), rtol=1e-10)
 
 
+@pytest.mark.parametrize("units, layout", [("normalized", "NCDHW"), ("voxels", "NDHWC")])
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic", "bspline"])
+def test_warp_second_derivatives_match_finite_differences_of_grad(mode, units, layout):
+    """Forward over reverse against central differences of the kernels' gradient, reverse
+    over reverse against forward over reverse, in input, theta and the displacement."""
+    x, theta, u = _warp_case(11, np.float64, layout)
+    primals = tuple(map(jnp.asarray, (x, theta, u)))
+    gradient = jax.jit(jax.grad(lambda a, t, d: jnp.sum(jnp.sin(vj.warp(
+        a, t, d, mode=mode, padding_mode="reflection", displacement_units=units,
+        layout=layout))), argnums=(0, 1, 2)))
+    rng = np.random.default_rng(12)
+    tangents = tuple(jnp.asarray(rng.standard_normal(p.shape)) for p in primals)
+    _, second = jax.jvp(gradient, primals, tangents)
+    h = 1e-5
+    plus = gradient(*(p + h * t for p, t in zip(primals, tangents)))
+    minus = gradient(*(p - h * t for p, t in zip(primals, tangents)))
+    for got, p, m in zip(second, plus, minus):
+        np.testing.assert_allclose(got, (p - m) / (2 * h), rtol=1e-5,
+                                   atol=1e-6 * float(np.max(np.abs(p))))
+    reverse = jax.grad(lambda *p: sum(jnp.sum(d * t) for d, t in zip(gradient(*p), tangents)),
+                       argnums=(0, 1, 2))(*primals)
+    for got, expected in zip(reverse, second):
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_warp_hessian_in_theta_alone():
+    x, theta, _ = _warp_case(13, np.float64)
+    loss = lambda t: jnp.sum(jnp.sin(vj.warp(jnp.asarray(x), t, mode="bicubic")))  # noqa: E731
+    hessian = jax.hessian(loss)(jnp.asarray(theta)).reshape(theta.size, theta.size)
+    np.testing.assert_allclose(hessian, hessian.T, rtol=1e-10, atol=1e-12)
+    h, g = 1e-6, jax.grad(loss)  # (a small step: bicubic's curvature jumps at whole voxels)
+    fd = np.stack([(g(theta + s.reshape(theta.shape)) - g(theta - s.reshape(theta.shape)))
+                   .ravel() / (2 * h) for s in h * np.eye(theta.size)])
+    np.testing.assert_allclose(hessian, fd, rtol=1e-6, atol=1e-5)
+
+
+def test_warp_grad_of_every_operand_is_one_backward_call():
+    primals = tuple(map(jnp.asarray, _warp_case(7)))
+    loss = lambda a, t, d: jnp.sum(jnp.sin(vj.warp(a, t, d, mode="bicubic")))  # noqa: E731
+    for argnums in ((0, 1, 2), (0, 2), (1, 2), 0, 1):
+        text = jax.jit(jax.grad(loss, argnums)).lower(*primals).as_text()
+        assert text.count("volsample_warp_backward") == 1, argnums
+
+
 def test_warp_vmap_equals_one_call_with_n_folded():
     x, theta, u = _warp_case(6, N=4)
     f = lambda a, t, d: vj.warp(a, t, d, displacement_units="voxels")  # noqa: E731
@@ -90,6 +134,45 @@ def test_warp_vmap_equals_one_call_with_n_folded():
     batched = jax.jit(jax.vmap(f))(fold(x), fold(theta), fold(u))
     expected = volsample.warp_3d(x, theta, u, displacement_units="voxels")
     np.testing.assert_array_equal(_bits(batched.reshape(expected.shape)), _bits(expected))
+
+
+@pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
+@pytest.mark.parametrize("in_axes", [(0, None, None), (2, None, None), (None, 0, 0),
+                                     (0, None, 0), (None, None, 0)])
+def test_warp_vmap_over_any_operands_bits_equal_numpy(in_axes, layout):
+    B, N = 3, 2
+    x, theta, u = _warp_case(8, layout=layout, N=B * N)
+    batch = [a.reshape((B, N) + a.shape[1:]) for a in (x, theta, u)]
+    operands = [jnp.asarray(a[0] if axis is None else np.moveaxis(a, 0, axis))
+                for a, axis in zip(batch, in_axes)]
+    kw = dict(mode="bicubic", displacement_units="voxels", layout=layout)
+    f = lambda a, t, d: vj.warp(a, t, d, **kw)  # noqa: E731
+    out = jax.jit(jax.vmap(f, in_axes=in_axes))(*operands)
+    c = np.random.default_rng(9).standard_normal(out.shape).astype(np.float32)
+    for wanted in ((0, 1, 2), (0,), (2,)):
+        def vjp(a, t, d, c, wanted=wanted):
+            def of_wanted(*chosen):
+                full = [a, t, d]
+                for k, v in zip(wanted, chosen):
+                    full[k] = v
+                return f(*full)
+            return jax.vjp(of_wanted, *([a, t, d][k] for k in wanted))[1](c)
+        grads = jax.jit(jax.vmap(vjp, in_axes=in_axes + (0,)))(*operands, c)
+        for b in range(B):
+            member = [a[0 if axis is None else b] for a, axis in zip(batch, in_axes)]
+            np.testing.assert_array_equal(_bits(out[b]), _bits(volsample.warp_3d(*member, **kw)))
+            expected = volsample.warp_3d_backward(c[b], *member, **kw)
+            for got, k in zip(grads, wanted):
+                np.testing.assert_array_equal(_bits(got[b]), _bits(expected[k]),
+                                              err_msg=str((wanted, k)))
+
+
+def test_warp_vmap_over_the_input_copies_not_theta():
+    x, theta, u = _warp_case(10, N=1)
+    volumes = jnp.stack([jnp.asarray(x)] * 8)
+    jaxpr = jax.make_jaxpr(jax.vmap(lambda a: vj.warp(a, theta, u)))(volumes)
+    call, = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "volsample_warp_forward"]
+    assert [v.aval.shape for v in call.invars] == [(1, 16, 5, 6, 7), theta.shape, u.shape]
 
 
 @pytest.mark.parametrize("layout", ["NCDHW", "NDHWC"])
@@ -102,7 +185,7 @@ def test_upsample_bits_equal_numpy(dtype, layout):
     for kw in (dict(size=(7, 9, 11), align_corners=True), dict(scale_factor=1.7),
                dict(scale_factor=(2.0, 0.5, 1.5), align_corners=False)):
         expected = volsample.upsample_trilinear_3d(x, layout=layout, **kw)
-        out, vjp = jax.vjp(jax.jit(lambda a: vj.upsample_trilinear(a, layout=layout, **kw)),
+        out, vjp = jax.vjp(jax.jit(lambda a, kw=kw: vj.upsample_trilinear(a, layout=layout, **kw)),
                            jnp.asarray(x))
         np.testing.assert_array_equal(_bits(out), _bits(expected))
         gout = rng.standard_normal(expected.shape).astype(dtype)
@@ -142,7 +225,7 @@ def test_spline_coefficients_bits_equal_numpy(dtype, layout):
     for padding in ("zeros", "border", "reflection"):
         for align in (False, True):
             expected = volsample.spline_coefficients(x, padding, align, layout=layout)
-            f = jax.jit(lambda a: vj.spline_coefficients(a, padding, align, layout=layout))
+            f = jax.jit(lambda a, p=padding, c=align: vj.spline_coefficients(a, p, c, layout=layout))
             out, vjp = jax.vjp(f, jnp.asarray(x))
             np.testing.assert_array_equal(_bits(out), _bits(expected))
             g = np.random.default_rng(10).standard_normal(x.shape).astype(dtype)

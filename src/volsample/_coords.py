@@ -1,6 +1,6 @@
 """Grid sampling's coordinate maths in Python, written once for any array namespace ``xp``
-(``numpy`` for the float64 reference, ``torch`` for the second-derivative terms of
-``volsample.torch``); the kernels' twins are ``src/cpp/coords.h`` and
+(``numpy`` for the float64 reference, ``torch`` and ``jax.numpy`` for the
+second-derivative terms of ``volsample.torch`` and ``volsample.jax``); the kernels' twins are ``src/cpp/coords.h`` and
 ``_triton/grid_coords.py``.
 
 An axis of size S maps a normalised coordinate c in [-1, 1] to a voxel coordinate;

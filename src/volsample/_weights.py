@@ -1,11 +1,12 @@
 """Each interpolation mode's weights, the Python home of that mathematics: the float64
-reference (``_reference``) and the torch derivatives along a grid direction
-(``torch/_grid_derivatives``) both take them from here, through the mode's entry in
+reference (``_reference``), the torch derivatives along a grid direction
+(``torch/_grid_derivatives``) and volsample.jax's sampler in jax.numpy (``jax/_taps``) take
+them from here, through the mode's entry in
 ``_tables.MODES``. The C++ core's twin is ``src/cpp/grid_taps.h``; the Triton kernels'
 is ``cubic_weights`` in ``_triton/grid_taps.py``.
 
 A mode's function takes ``f = x - floor(x)``, the voxel coordinate's fraction (an array of
-any namespace: NumPy, torch), and returns ``(weights, first, second)``: for each of the
+any namespace: NumPy, torch, jax.numpy), and returns ``(weights, first, second)``: for each of the
 mode's taps along the axis, its weight, and that weight's first and second derivatives in
 x. A mode of T taps reads the voxels floor(x) - (T/2 - 1) .. floor(x) + T/2: two taps
 floor(x), floor(x) + 1; four taps floor(x) - 1 .. floor(x) + 2. Nearest has no weights (it

@@ -8,7 +8,8 @@ eight corners' indices and weights, zeros outside). The gradient workloads diffe
 sum of the samples with respect to the volume and the grid (``map_coordinates``: the
 coordinates). Beside them, the NumPy API on the same memory ("volsample-numpy": the door's
 fixed cost is volsample's time less this one at 8^3) and ``jax.vmap`` of the call over a
-batch of 8 against one call with N = 8 ("volsample-vmap").
+batch of 8 (volumes and grids, volumes alone, grids alone) against one call with N = 8
+("volsample-vmap").
 """
 from __future__ import annotations
 
@@ -94,9 +95,10 @@ def _workload(label, spatial, C, gradient, quick, smooth_grid):
     return Workload(name, build, nbytes, quick)
 
 
-def _vmap_workload(label, spatial, C, quick, smooth_grid):
-    """``jax.vmap`` of the call over 8 volumes and grids ("volsample-vmap") against one call
-    with N = 8 ("volsample")."""
+def _vmap_workload(label, spatial, C, quick, smooth_grid, maps="volumes and grids"):
+    """``jax.vmap`` of the call over 8 volumes and grids, or over 8 volumes with one grid,
+    or 8 grids on one volume ("volsample-vmap"), against one call with N = 8 (the shared
+    operand repeated; "volsample")."""
     B = 8
     points = B * int(np.prod(spatial))
 
@@ -108,13 +110,19 @@ def _vmap_workload(label, spatial, C, quick, smooth_grid):
 
         x = jnp.asarray(np.random.default_rng(2).standard_normal((B, C) + spatial), jnp.float32)
         grid = jnp.asarray(smooth_grid(B, *spatial))
+        in_axes = {"volumes and grids": (0, 0), "volumes": (0, None), "grids": (None, 0)}[maps]
+        # the operand the batch does not map: its first member, repeated for the one call
+        x, grid = (a if axis == 0 else jnp.repeat(a[:1], B, 0) for a, axis in zip((x, grid), in_axes))
+        shared = [a if axis == 0 else a[0] for a, axis in zip((x, grid), in_axes)]
         one = jax.jit(lambda a, g: vj.grid_sample(a, g, align_corners=True))
         mapped = jax.jit(jax.vmap(lambda a, g: vj.grid_sample(a[None], g[None],
-                                                              align_corners=True)[0]))
+                                                              align_corners=True)[0],
+                                  in_axes=in_axes))
         return {"volsample": lambda: one(x, grid).block_until_ready(),
-                "volsample-vmap": lambda: mapped(x, grid).block_until_ready()}
+                "volsample-vmap": lambda: mapped(*shared).block_until_ready()}
 
-    return Workload(f"jax.fwd vmap8 {label} C{C}", build, C * points * 8 + points * 12, quick)
+    name = "vmap8" if maps == "volumes and grids" else f"vmap8 {maps}"
+    return Workload(f"jax.fwd {name} {label} C{C}", build, C * points * 8 + points * 12, quick)
 
 
 def workloads(smooth_grid, shrink: int = 1) -> list[Workload]:
@@ -132,6 +140,9 @@ def workloads(smooth_grid, shrink: int = 1) -> list[Workload]:
         spatial = tuple(max(2, n // shrink) for n in spatial)
         for gradient in (False, True):
             w.append(_workload(label, spatial, C, gradient, quick, smooth_grid))
+    spatial = (max(2, 32 // shrink),) * 3
+    for maps in ("volumes", "grids"):  # (before the last vmap8 row, which docs/jax.md quotes)
+        w.append(_vmap_workload("32^3", spatial, 1, False, smooth_grid, maps))
     for label, size, quick in (("8^3", 8, True), ("32^3", 32, False)):
         spatial = (max(2, size // shrink),) * 3
         w.append(_vmap_workload(label, spatial, 1, quick, smooth_grid))

@@ -4,8 +4,8 @@ C++ kernels, through XLA's foreign function interface.
 ``grid_sample``, ``warp``, ``upsample_trilinear`` and ``spline_coefficients`` are named and
 argued as ``volsample.torch``'s, plus ``layout`` (JAX arrays have no memory format). They are checked
 when JAX traces them and run inside compiled programs (``jax.jit``) on the CPU, with the
-same bits as the NumPy API; ``jax.grad``/``vjp``/``jacrev``, ``jax.jvp``/``jacfwd`` and
-``jax.vmap`` (folded into N: one kernel call) work. Importing ``volsample`` never imports
+same bits as the NumPy API; ``jax.grad``/``vjp``/``jacrev``, ``jax.jvp``/``jacfwd``,
+second derivatives (``jax.hessian``) and ``jax.vmap`` (one kernel call) work. Importing ``volsample`` never imports
 JAX; this module needs it (``pip install 'volsample[jax]'``).
 """
 try:

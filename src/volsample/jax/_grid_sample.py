@@ -1,29 +1,39 @@
 """``grid_sample`` for JAX: the primitives of grid sampling and their derivatives.
 
-Three primitives: the forward (linear in the input), the backward (the forward's
-transposes: grad_input and grad_grid, each only where asked for), and the derivative
-along a grid direction (linear in that direction). Forward mode runs the forward on the
-input's tangent plus the grid-direction derivative; reverse mode transposes both, so
-``jax.grad`` runs the backward kernels, never the grid-direction derivative.
+The forward (linear in the input), the backward (the forward's transposes: grad_input
+and grad_grid, each only where asked for), the derivative along a grid direction (linear
+in that direction), and the derivative along both the input's and the grid's directions
+(linear in the pair). Forward mode runs the forward on the input's tangent, the
+grid-direction derivative, or both as one primitive; reverse mode transposes that into one
+backward call for the gradients asked for, so ``jax.grad`` runs one backward kernel call
+(one pass over the points), never the grid-direction derivative. The derivatives of the
+backward and of the grid-direction derivative (second derivatives) are JAX's own of the
+sampler written in jax.numpy (``_taps``).
 """
 from __future__ import annotations
+
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.interpreters import ad
+from jax.interpreters import ad, batching
 from jax.typing import ArrayLike
 
 from .. import _calls, _dtypes, _layout
 from .._tables import MODES, PADDINGS
-from . import _primitives
+from . import _primitives, _taps
 from ._operands import checked_arrays, operand
 
 _ATTRIBUTES = ("mode", "padding", "align_corners", "channels_last")
 
 
+def _layout_name(channels_last: bool) -> str:
+    return "NDHWC" if channels_last else "NCDHW"
+
+
 def _forward_results(input, grid, *, mode, padding, align_corners, channels_last):
-    layout = "NDHWC" if channels_last else "NCDHW"
+    layout = _layout_name(channels_last)
     logical = _layout.logical_shape(input.shape, layout)
     shape = _layout.physical_shape(logical[:2] + tuple(grid.shape[1:4]), layout)
     return [(shape, input.dtype)]
@@ -35,7 +45,7 @@ def _backward_results(grad_output, input, grid, *, mode, padding, align_corners,
     for. An absent input (grad_input alone reads none of its values; the handler takes
     its shape from grad_input's) is of grad_output's N and C and ``input_spatial``."""
     compute = _dtypes.compute_dtype(np.dtype(input.dtype), np.dtype(grid.dtype))
-    layout = "NDHWC" if channels_last else "NCDHW"
+    layout = _layout_name(channels_last)
     logical = _layout.logical_shape(grad_output.shape, layout)
     input_shape = _layout.physical_shape(logical[:2] + tuple(input_spatial), layout)
     return [(input_shape if want_input else (0,), compute),
@@ -87,69 +97,201 @@ def _is_zero(t) -> bool:
     return type(t) is ad.Zero
 
 
+def _tangent(input_tangent, input, grid, grid_tangent, **params):
+    """The derivative along both the input's and the grid's directions, one primitive: its
+    transpose computes both gradients in one backward call, one pass over the points."""
+    along_input, = forward_p.bind(input_tangent, grid, **params)
+    along_grid, = grid_tangent_p.bind(input, grid, grid_tangent, **params)
+    return [along_input + along_grid]
+
+
+def _tangent_results(input_tangent, input, grid, grid_tangent, **params):
+    return _forward_results(input, grid, **params)
+
+
+tangent_p = _primitives.composite_primitive("grid_sample_tangent", _tangent, _tangent_results)
+
+
 def _forward_jvp(primals, tangents, **params):
     input, grid = primals
     input_tangent, grid_tangent = tangents
     out, = forward_p.bind(input, grid, **params)
-    parts = []
-    if not _is_zero(input_tangent):
-        parts.append(forward_p.bind(input_tangent, grid, **params)[0])
-    if not _is_zero(grid_tangent) and MODES.of(params["mode"]).grid_gradient:
-        parts.append(grid_tangent_p.bind(input, grid, grid_tangent, **params)[0])
-    if not parts:
-        return [out], [jnp.zeros_like(out)]
-    return [out], [parts[0] if len(parts) == 1 else parts[0] + parts[1]]
+    along_input, along_grid = not _is_zero(input_tangent), not _is_zero(grid_tangent)
+    along_grid = along_grid and MODES.of(params["mode"]).grid_gradient
+    if along_input and along_grid:
+        tangent, = tangent_p.bind(input_tangent, input, grid, grid_tangent, **params)
+    elif along_input:
+        tangent, = forward_p.bind(input_tangent, grid, **params)
+    elif along_grid:
+        tangent, = grid_tangent_p.bind(input, grid, grid_tangent, **params)
+    else:
+        tangent = jnp.zeros_like(out)
+    return [out], [tangent]
+
+
+def _gradients(cotangent, input, grid, input_aval, grid_aval, params):
+    """The cotangent's gradients of the input and the grid, each where its aval is given
+    (None: not wanted), from one backward call; a 16-bit input's rounded once. grad_input
+    alone reads no value of the input: the handler takes its shape from grad_input's, its
+    dtype from the absent operand's."""
+    want_input, want_grid = input_aval is not None, grid_aval is not None
+    if _is_zero(cotangent):
+        return [None if a is None else ad.Zero(a) for a in (input_aval, grid_aval)]
+    shape_of = input_aval if want_input else input
+    grad_input, grad_grid = backward_p.bind(
+        cotangent, input if want_grid else _primitives.absent(shape_of.dtype), grid,
+        want_input=want_input, want_grid=want_grid,
+        input_spatial=_spatial(shape_of.shape, params["channels_last"]), **_params(params))
+    return [grad_input.astype(input_aval.dtype) if want_input else None,
+            grad_grid.astype(grid_aval.dtype) if want_grid else None]
+
+
+def _aval_if_undefined(x):
+    return x.aval if ad.is_undefined_primal(x) else None
 
 
 def _forward_transpose(cotangents, input, grid, **params):
     """The transpose in the input (the grid is never linear here: forward mode takes its
-    direction through ``grid_tangent_p``)."""
-    cotangent, = cotangents
+    direction through ``grid_tangent_p`` or ``tangent_p``)."""
     if ad.is_undefined_primal(grid):
         raise NotImplementedError("volsample.jax: grid_sample is not linear in grid")
-    aval = input.aval
-    if _is_zero(cotangent):
-        return [ad.Zero(aval), None]
-    # (grad_input alone reads no value of the input: the handler takes its shape from
-    # grad_input's, its dtype from the absent operand's)
-    grad_input, _ = backward_p.bind(cotangent, _primitives.absent(aval.dtype), grid,
-                                    want_input=True, want_grid=False,
-                                    input_spatial=_spatial(aval.shape, params["channels_last"]),
-                                    **params)
-    return [grad_input.astype(aval.dtype), None]
+    grad_input, _ = _gradients(cotangents[0], None, grid, input.aval, None, params)
+    return [grad_input, None]
 
 
 def _grid_tangent_transpose(cotangents, input, grid, grid_tangent, **params):
-    cotangent, = cotangents
-    aval = grid_tangent.aval
-    if _is_zero(cotangent):
-        return [None, None, ad.Zero(aval)]
-    _, grad_grid = backward_p.bind(cotangent, input, grid, want_input=False, want_grid=True,
-                                   input_spatial=_spatial(input.shape, params["channels_last"]),
-                                   **params)
-    return [None, None, grad_grid.astype(aval.dtype)]
+    _, grad_grid = _gradients(cotangents[0], input, grid, None, grid_tangent.aval, params)
+    return [None, None, grad_grid]
+
+
+def _tangent_transpose(cotangents, input_tangent, input, grid, grid_tangent, **params):
+    grad_input, grad_grid = _gradients(cotangents[0], input, grid,
+                                       _aval_if_undefined(input_tangent),
+                                       _aval_if_undefined(grid_tangent), params)
+    return [grad_input, None, None, grad_grid]
 
 
 ad.primitive_jvps[forward_p] = _forward_jvp
 ad.primitive_transposes[forward_p] = _forward_transpose
 ad.primitive_transposes[grid_tangent_p] = _grid_tangent_transpose
+ad.primitive_transposes[tangent_p] = _tangent_transpose
+
+
+def _sampler(params):
+    """Grid sampling in jax.numpy (``_taps``): what JAX differentiates for the derivatives
+    of the kernels' derivatives."""
+    return functools.partial(_taps.sample, **_params(params))
 
 
 def _grid_tangent_jvp(primals, tangents, **params):
-    """Linear in the direction; its derivative in the input or grid (a second derivative of
-    grid sampling) is not implemented."""
+    """Linear in the direction: itself along the direction's tangent. Along the input's or
+    the grid's (second derivatives), JAX's derivative of the same derivative of the
+    sampler in jax.numpy."""
     input, grid, direction = primals
     t_input, t_grid, t_direction = tangents
-    if not (_is_zero(t_input) and _is_zero(t_grid)):
-        raise NotImplementedError(
-            "volsample.jax: second derivatives of grid_sample in the grid are not implemented")
     out = grid_tangent_p.bind(input, grid, direction, **params)
-    if _is_zero(t_direction):
-        return out, [jnp.zeros_like(out[0])]
-    return out, grid_tangent_p.bind(input, grid, t_direction, **params)
+    parts = []
+    if not _is_zero(t_direction):
+        parts.append(grid_tangent_p.bind(input, grid, t_direction, **params)[0])
+    if not (_is_zero(t_input) and _is_zero(t_grid)):
+        sample = _sampler(params)
+
+        def along_direction(input, grid):
+            return jax.jvp(lambda g: sample(input, g), (grid,), (direction,))[1]
+
+        parts.append(_primitives.jvp_along(along_direction, (input, grid),
+                                           (t_input, t_grid)).astype(input.dtype))
+    return out, [sum(parts[1:], parts[0]) if parts else jnp.zeros_like(out[0])]
+
+
+def _backward_jvp(primals, tangents, *, want_input, want_grid, input_spatial, **params):
+    """The derivative of the gradients: JAX's derivative of the sampler's in jax.numpy (an
+    absent input, unread by grad_input, taken as zeros of its shape)."""
+    grad_output, input, grid = primals
+    outs = backward_p.bind(*primals, want_input=want_input, want_grid=want_grid,
+                           input_spatial=input_spatial, **params)
+    if all(_is_zero(t) for t in tangents):
+        return outs, [jnp.zeros_like(o) for o in outs]
+    compute = _taps.compute_dtype(input, grid)
+    if _primitives.is_absent(input):
+        channels_last = params["channels_last"]
+        logical = _layout.logical_shape(grad_output.shape, _layout_name(channels_last))
+        input = jnp.zeros(_layout.physical_shape(logical[:2] + tuple(input_spatial),
+                                                 _layout_name(channels_last)), input.dtype)
+    sample = _sampler(params)
+
+    def gradients(grad_output, input, grid):
+        _, vjp = jax.vjp(sample, input.astype(compute), grid.astype(compute))
+        grad_input, grad_grid = vjp(grad_output.astype(compute))
+        return [grad_input if want_input else _primitives.absent(compute),
+                grad_grid.astype(grid.dtype) if want_grid else _primitives.absent(grid.dtype)]
+
+    derivatives = _primitives.jvp_along(gradients, (grad_output, input, grid), tangents)
+    return outs, derivatives
 
 
 ad.primitive_jvps[grid_tangent_p] = _grid_tangent_jvp
+ad.primitive_jvps[backward_p] = _backward_jvp
+
+
+def _fold_axes(into: str, channels_last: bool) -> tuple:
+    """Where vmap's batch axis folds, as (the input's axis, an output-shaped volume's, the
+    grid's): into N; into C (the grid unmapped: one set of weights serves every batch
+    member's channels); into the points, the output's D (the input unmapped, unread
+    beyond its own size)."""
+    channels = 4 if channels_last else 1
+    return {"N": (0, 0, 0), "C": (channels, channels, None),
+            "points": (None, 1 if channels_last else 2, 1)}[into]
+
+
+def _forward_batch(args, dims, **params):
+    """The input mapped alone folds into C, unless moving its batch axis beside C copies
+    more than broadcasting the grid would; the grid mapped alone folds into the points."""
+    input, grid = args
+    input_dim, grid_dim = dims
+    channels_last = params["channels_last"]
+    into = "N"
+    if grid_dim is None:
+        size = _primitives.batch_size(args, dims)
+        beside_channels = _fold_axes("C", channels_last)[0]
+        if (_primitives.moves_free(input.shape, input_dim, beside_channels)
+                or input.size <= size * grid.size):
+            into = "C"
+    elif input_dim is None:
+        into = "points"
+    input_at, volume_at, grid_at = _fold_axes(into, channels_last)
+    return _primitives.folded_call(forward_p, args, dims, (input_at, grid_at), volume_at,
+                                   **params)
+
+
+def _backward_batch(args, dims, *, want_input, want_grid, **params):
+    """grad_input alone with the grid unmapped folds into C; grad_grid alone with the input
+    unmapped into the points; both with the input unmapped are two calls (neither copies
+    the input); the rest into N."""
+    grad_output, input, grid = args
+    _, input_dim, grid_dim = dims
+    channels_last = params["channels_last"]
+    if want_input and want_grid and input_dim is None and not _primitives.is_absent(input):
+        absent = _primitives.absent(input.dtype)
+        (grad_input, _), (input_out, _) = _backward_batch(
+            [grad_output, absent, grid], [dims[0], None, grid_dim], want_input=True,
+            want_grid=False, **params)
+        (_, grad_grid), (_, grid_out) = _backward_batch(
+            args, dims, want_input=False, want_grid=True, **params)
+        return [grad_input, grad_grid], [input_out, grid_out]
+    into = "N"
+    if not want_grid and grid_dim is None:
+        into = "C"
+    elif not want_input and input_dim is None:
+        into = "points"
+    input_at, volume_at, grid_at = _fold_axes(into, channels_last)
+    return _primitives.folded_call(
+        backward_p, args, dims, (volume_at, input_at, grid_at), (input_at, grid_at),
+        want_input=want_input, want_grid=want_grid, **params)
+
+
+batching.primitive_batchers[forward_p] = _forward_batch
+batching.primitive_batchers[backward_p] = _backward_batch
 
 
 def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear", padding_mode: str = "zeros",
@@ -182,8 +324,10 @@ def grid_sample(input: ArrayLike, grid: ArrayLike, mode: str = "bilinear", paddi
     Notes
     -----
     Checked when traced; runs the C++ kernels through XLA's FFI inside ``jax.jit``.
-    ``jax.grad``/``vjp`` run the backward kernels (grad_input and grad_grid each only when
-    differentiated); ``jax.jvp``/``jacfwd`` work; ``jax.vmap`` folds the batch into N.
+    ``jax.grad``/``vjp`` run one backward kernel call for the gradients differentiated;
+    ``jax.jvp``/``jacfwd`` work, and second and higher derivatives (``jax.hessian``) in
+    every operand (nearest's in the grid are 0); ``jax.vmap`` folds the batch into N, C
+    or the points, one kernel call.
 
     Examples
     --------

@@ -3,9 +3,10 @@
 Each primitive is one kernel call on XLA's buffers (``src/cpp/bind_jax.cpp``): its
 parameters are the call's kernel integers and flags, passed to the handler as attributes;
 its abstract evaluation gives the results' shapes and dtypes; its batching rule folds
-vmap's batch axis into N (one kernel call for the whole batch). The door's modules give
-them their derivatives (``ad.primitive_jvps``, ``ad.primitive_transposes``): the
-primitives here know nothing of differentiation.
+vmap's batch axis into N (one kernel call for the whole batch; ``folded_call`` lets the
+door's modules fold it into another axis instead). The door's modules give them their
+derivatives (``ad.primitive_jvps``, ``ad.primitive_transposes``): the kernel primitives
+here know nothing of differentiation.
 
 Operands absent from a call (a warp without displacement) and results not asked for (a
 gradient not wanted) are arrays of shape (0,): the handlers read them as absent.
@@ -82,7 +83,8 @@ def kernel_primitive(name: str, attributes: tuple[str, ...], results):
 
 def composite_primitive(name: str, implementation, results):
     """A primitive computed by ``implementation(*operands, **params)`` (other primitives and
-    jax.numpy): a named linear map that the door gives a transpose."""
+    jax.numpy): a named linear map that the door gives a transpose. Its jvp is the
+    implementation's (the door may give it another)."""
     primitive = Primitive(f"volsample_{name}")
     primitive.multiple_results = True
     primitive.def_abstract_eval(lambda *avals, **params: [
@@ -90,7 +92,13 @@ def composite_primitive(name: str, implementation, results):
         for shape, dtype in results(*avals, **params)])
     primitive.def_impl(functools.partial(_eager, primitive))
     mlir.register_lowering(primitive, mlir.lower_fun(implementation, multiple_results=True))
-    batching.primitive_batchers[primitive] = functools.partial(fold_batch, primitive)
+    batching.primitive_batchers[primitive] = batch_through(implementation)
+
+    def jvp(primals, tangents, **params):
+        return jax.jvp(functools.partial(implementation, **params), primals,
+                       [ad.instantiate_zeros(t) for t in tangents])
+
+    ad.primitive_jvps[primitive] = jvp
     return primitive
 
 
@@ -112,24 +120,64 @@ def _compiled(primitive, params):
 
 
 def fold_batch(primitive, args, dims, **params):
-    """vmap's rule: the batch axis moved first (broadcast where an operand has none) and
-    folded into N, one call for the batch; the results unfolded. Absent operands and
-    results stay as they are."""
-    size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    """vmap's rule of a primitive that has no other: every batch axis folded into N (an
+    operand without one broadcast to it), one call for the batch."""
+    return folded_call(primitive, args, dims, [0] * len(args), 0, **params)
+
+
+def batch_size(args, dims) -> int:
+    return next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+
+
+def moves_free(shape, dim, at: int) -> bool:
+    """Whether moving axis ``dim`` of ``shape`` to position ``at`` moves no element: every
+    axis it passes is of size 1."""
+    passed = shape[at:dim] if at < dim else shape[dim + 1:at + 1]
+    return all(n == 1 for n in passed) or shape[dim] == 1
+
+
+def fold(a, dim, at: int, size: int):
+    """``a`` with its batch axis ``dim`` (None: none, broadcast to ``size``) folded into
+    its axis ``at``, batch-major: moved before it and merged with it."""
+    if dim is None:
+        a = jax.numpy.broadcast_to(jax.numpy.expand_dims(a, at),
+                                   a.shape[:at] + (size,) + a.shape[at:])
+    else:
+        a = jax.numpy.moveaxis(a, dim, at)
+    return a.reshape(a.shape[:at] + (size * a.shape[at + 1],) + a.shape[at + 2:])
+
+
+def folded_call(primitive, args, dims, operand_axes, result_axes, **params):
+    """One call for vmap's batch: each operand's batch axis folded into its axis
+    ``operand_axes[i]`` (None: the operand must be unmapped, and is passed as it is; an
+    unmapped one with an axis is broadcast), the results' unfolded from
+    ``result_axes[j]`` (an int: the same for all). Absent operands and results stay as
+    they are."""
+    size = batch_size(args, dims)
     folded = []
-    for a, d in zip(args, dims):
-        if d is None:  # (vmap's not_mapped)
-            if is_absent(a):
-                folded.append(a)
-                continue
-            a = jax.numpy.broadcast_to(a, (size,) + a.shape)
+    for a, d, at in zip(args, dims, operand_axes):
+        if is_absent(a) or at is None:
+            assert d is None, "a mapped operand the rule does not fold"
+            folded.append(a)
         else:
-            a = jax.numpy.moveaxis(a, d, 0)
-        folded.append(a.reshape((size * a.shape[1],) + a.shape[2:]))
+            folded.append(fold(a, d, at, size))
     outs = primitive.bind(*folded, **params)
-    unfolded = [o if is_absent(o) else o.reshape((size, o.shape[0] // size) + o.shape[1:])
-                for o in outs]
-    return unfolded, [None if is_absent(o) else 0 for o in outs]
+    if isinstance(result_axes, int):
+        result_axes = [result_axes] * len(outs)
+    unfolded = [o if is_absent(o) else
+                o.reshape(o.shape[:at] + (size, o.shape[at] // size) + o.shape[at + 1:])
+                for o, at in zip(outs, result_axes)]
+    return unfolded, [None if is_absent(o) else at for o, at in zip(outs, result_axes)]
+
+
+def batch_through(implementation):
+    """vmap's rule of a composite primitive: its implementation mapped, so that each
+    primitive inside folds only what its own operands map (the grid-direction derivative
+    under ``jax.jacfwd`` runs its kernel once, unmapped)."""
+    def rule(args, dims, **params):
+        outs = jax.vmap(functools.partial(implementation, **params), in_axes=tuple(dims))(*args)
+        return outs, [0] * len(outs)
+    return rule
 
 
 def linear(primitive, transpose) -> None:
@@ -150,6 +198,20 @@ def linear(primitive, transpose) -> None:
 
     ad.primitive_jvps[primitive] = jvp
     ad.primitive_transposes[primitive] = transposed
+
+
+def jvp_along(fn, primals, tangents):
+    """``fn``'s derivative at ``primals`` along the tangents that are neither symbolic zeros
+    nor None (the others' operands held), by JAX's own differentiation of ``fn``."""
+    moving = [k for k, t in enumerate(tangents) if t is not None and type(t) is not ad.Zero]
+
+    def of_moving(*values):
+        operands = list(primals)
+        for k, v in zip(moving, values):
+            operands[k] = v
+        return fn(*operands)
+
+    return jax.jvp(of_moving, [primals[k] for k in moving], [tangents[k] for k in moving])[1]
 
 
 def channels_as_batch(input, points, channels_last: bool):

@@ -1,9 +1,11 @@
 """``warp`` for JAX: grid sampling at ``affine_grid(theta) + displacement`` with no grid.
 
 As grid sampling's (``_grid_sample``): the forward (linear in the input), the backward
-(grad_input, grad_theta and grad_displacement, each only where asked for) and the
-derivative along a direction of theta and the displacement (linear in that direction;
-forward mode only: reverse mode transposes it into the backward kernel).
+(grad_input, grad_theta and grad_displacement, each only where asked for), the derivative
+along a direction of theta and the displacement (linear in that direction), and the
+derivative along the input's direction and theirs (linear in all three). Reverse mode
+transposes the derivative into one backward call for every gradient asked for. Second
+derivatives are JAX's own of the warp written in jax.numpy (``_taps``).
 """
 from __future__ import annotations
 
@@ -12,12 +14,12 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.interpreters import ad
+from jax.interpreters import ad, batching
 from jax.typing import ArrayLike
 
 from .. import _calls, _coords, _dtypes, _layout
 from .._tables import MODES, PADDINGS, UNITS
-from . import _primitives
+from . import _primitives, _taps
 from ._operands import checked_arrays, operand
 
 _ATTRIBUTES = ("mode", "padding", "align_corners", "channels_last", "scale_x", "scale_y",
@@ -110,71 +112,206 @@ direction_p = _primitives.composite_primitive("warp_direction_tangent", _directi
                                               _direction_results)
 
 
+def _tangent(input_tangent, input, theta, displacement, theta_tangent, displacement_tangent,
+             **params):
+    """The derivative along the input's direction and theta's and the displacement's, one
+    primitive: its transpose computes every gradient in one backward call."""
+    along_input, = forward_p.bind(input_tangent, theta, displacement, **params)
+    along_grid, = direction_p.bind(input, theta, displacement, theta_tangent,
+                                   displacement_tangent, **params)
+    return [along_input + along_grid]
+
+
+def _tangent_results(input_tangent, input, theta, displacement, *directions, **params):
+    return _forward_results(input, theta, displacement, **params)
+
+
+tangent_p = _primitives.composite_primitive("warp_tangent", _tangent, _tangent_results)
+
+
 def _forward_jvp(primals, tangents, **params):
     input, theta, displacement = primals
     t_input, t_theta, t_displacement = tangents
     out, = forward_p.bind(input, theta, displacement, **params)
-    parts = []
-    if not _is_zero(t_input):
-        parts.append(forward_p.bind(t_input, theta, displacement, **params)[0])
-    if MODES.of(params["mode"]).grid_gradient and not (
-            _is_zero(t_theta) and _is_zero(t_displacement)):
-        given = [_primitives.absent(theta.dtype) if _is_zero(t) else t
-                 for t in (t_theta, t_displacement)]
-        parts.append(direction_p.bind(input, theta, displacement, *given, **params)[0])
-    if not parts:
-        return [out], [jnp.zeros_like(out)]
-    return [out], [sum(parts[1:], parts[0])]
+    along_input = not _is_zero(t_input)
+    along_grid = MODES.of(params["mode"]).grid_gradient and not (
+        _is_zero(t_theta) and _is_zero(t_displacement))
+    # (a direction of theta or the displacement that is 0 is absent)
+    directions = [_primitives.absent(theta.dtype) if _is_zero(t) else t
+                  for t in (t_theta, t_displacement)]
+    if along_input and along_grid:
+        tangent, = tangent_p.bind(t_input, input, theta, displacement, *directions, **params)
+    elif along_input:
+        tangent, = forward_p.bind(t_input, theta, displacement, **params)
+    elif along_grid:
+        tangent, = direction_p.bind(input, theta, displacement, *directions, **params)
+    else:
+        tangent = jnp.zeros_like(out)
+    return [out], [tangent]
+
+
+def _gradients(cotangent, input, theta, displacement, avals, params):
+    """The cotangent's gradients of the input, theta and the displacement, each where its
+    aval in ``avals`` is given (None: not wanted), from one backward call. As grid
+    sampling's (``_grid_sample._gradients``): grad_input alone reads no value of the input,
+    and a 16-bit input's is rounded once."""
+    input_aval, theta_aval, displacement_aval = avals
+    if _is_zero(cotangent):
+        return [None if a is None else ad.Zero(a) for a in avals]
+    want_grid = theta_aval is not None or displacement_aval is not None
+    shape_of = input if input_aval is None else input_aval
+    grad_input, grad_theta, grad_displacement = backward_p.bind(
+        cotangent, input if want_grid else _primitives.absent(shape_of.dtype), theta,
+        displacement, want_input=input_aval is not None, want_theta=theta_aval is not None,
+        want_displacement=displacement_aval is not None,
+        input_spatial=_spatial(shape_of.shape, params), **params)
+    return [None if input_aval is None else grad_input.astype(input_aval.dtype),
+            None if theta_aval is None else grad_theta,
+            None if displacement_aval is None else grad_displacement]
+
+
+def _aval_if_undefined(x):
+    return x.aval if ad.is_undefined_primal(x) else None
 
 
 def _forward_transpose(cotangents, input, theta, displacement, **params):
     if ad.is_undefined_primal(theta) or ad.is_undefined_primal(displacement):
         raise NotImplementedError("volsample.jax: warp is not linear in theta or displacement")
-    cotangent, = cotangents
-    aval = input.aval
-    if _is_zero(cotangent):
-        return [ad.Zero(aval), None, None]
-    # (not read for grad_input alone: the handler takes its shape from grad_input's)
-    grad_input, _, _ = backward_p.bind(cotangent, _primitives.absent(aval.dtype), theta,
-                                       displacement, want_input=True, want_theta=False,
-                                       want_displacement=False,
-                                       input_spatial=_spatial(aval.shape, params), **params)
-    return [grad_input.astype(aval.dtype), None, None]
+    grad_input, _, _ = _gradients(cotangents[0], None, theta, displacement,
+                                  (input.aval, None, None), params)
+    return [grad_input, None, None]
 
 
 def _direction_transpose(cotangents, input, theta, displacement, theta_tangent,
                          displacement_tangent, **params):
-    cotangent, = cotangents
-    want_theta = ad.is_undefined_primal(theta_tangent)
-    want_displacement = ad.is_undefined_primal(displacement_tangent)
-    if _is_zero(cotangent):
-        return [None, None, None, ad.Zero(theta_tangent.aval) if want_theta else None,
-                ad.Zero(displacement_tangent.aval) if want_displacement else None]
-    _, grad_theta, grad_displacement = backward_p.bind(
-        cotangent, input, theta, displacement, want_input=False, want_theta=want_theta,
-        want_displacement=want_displacement, input_spatial=_spatial(input.shape, params),
-        **params)
-    return [None, None, None, grad_theta if want_theta else None,
-            grad_displacement if want_displacement else None]
+    _, grad_theta, grad_displacement = _gradients(
+        cotangents[0], input, theta, displacement,
+        (None, _aval_if_undefined(theta_tangent), _aval_if_undefined(displacement_tangent)),
+        params)
+    return [None, None, None, grad_theta, grad_displacement]
+
+
+def _tangent_transpose(cotangents, input_tangent, input, theta, displacement, theta_tangent,
+                       displacement_tangent, **params):
+    grad_input, grad_theta, grad_displacement = _gradients(
+        cotangents[0], input, theta, displacement,
+        tuple(map(_aval_if_undefined, (input_tangent, theta_tangent, displacement_tangent))),
+        params)
+    return [grad_input, None, None, None, grad_theta, grad_displacement]
+
+
+def _sampler(params):
+    """A warp in jax.numpy (``_taps``), ``sample(input, theta, displacement)`` (an absent
+    displacement: none): what JAX differentiates for the derivatives of the kernels'
+    derivatives."""
+    base = _base_grid(params["output_spatial"], params["align_corners"])
+    scale = _scale(params)
+    attributes = {k: params[k] for k in ("mode", "padding", "align_corners", "channels_last")}
+
+    def sample(input, theta, displacement):
+        grid = _taps.warp_grid(theta, None if _primitives.is_absent(displacement)
+                               else displacement, base, scale)
+        return _taps.sample(input, grid, **attributes)
+
+    return sample
 
 
 def _direction_jvp(primals, tangents, **params):
-    if not all(_is_zero(t) for t in tangents[:3]):
-        raise NotImplementedError(
-            "volsample.jax: second derivatives of warp in theta or displacement are not "
-            "implemented")
+    """Linear in the direction: itself along the direction's tangent. Along the input's,
+    theta's or the displacement's (second derivatives), JAX's derivative of the same
+    derivative of the warp in jax.numpy."""
+    input, theta, displacement, theta_direction, displacement_direction = primals
     out = direction_p.bind(*primals, **params)
-    directions = [_primitives.absent(primals[1].dtype) if _is_zero(t) else t
-                  for t in tangents[3:]]
-    if all(_is_zero(t) for t in tangents[3:]):
-        return out, [jnp.zeros_like(out[0])]
-    return out, direction_p.bind(*primals[:3], *directions, **params)
+    parts = []
+    if not all(_is_zero(t) for t in tangents[3:]):
+        directions = [_primitives.absent(theta.dtype) if _is_zero(t) else t
+                      for t in tangents[3:]]
+        parts.append(direction_p.bind(input, theta, displacement, *directions, **params)[0])
+    if not all(_is_zero(t) for t in tangents[:3]):
+        sample = _sampler(params)
+        moved = [None if _primitives.is_absent(d) else d
+                 for d in (theta_direction, displacement_direction)]
+
+        def along_direction(input, theta, displacement):
+            return _primitives.jvp_along(lambda t, d: sample(input, t, d),
+                                         (theta, displacement), moved)
+
+        parts.append(_primitives.jvp_along(along_direction, primals[:3],
+                                           tangents[:3]).astype(input.dtype))
+    return out, [sum(parts[1:], parts[0]) if parts else jnp.zeros_like(out[0])]
 
 
+def _backward_jvp(primals, tangents, *, want_input, want_theta, want_displacement,
+                  input_spatial, **params):
+    """The derivative of the gradients: JAX's derivative of the warp's in jax.numpy (an
+    absent input, unread by grad_input, taken as zeros of its shape)."""
+    grad_output, input, theta, displacement = primals
+    wants = dict(want_input=want_input, want_theta=want_theta,
+                 want_displacement=want_displacement, input_spatial=input_spatial)
+    outs = backward_p.bind(*primals, **wants, **params)
+    if all(_is_zero(t) for t in tangents):
+        return outs, [jnp.zeros_like(o) for o in outs]
+    compute = _taps.compute_dtype(input, theta)
+    if _primitives.is_absent(input):
+        logical = _layout.logical_shape(grad_output.shape, _layout_of(params))
+        input = jnp.zeros(_layout.physical_shape(logical[:2] + tuple(input_spatial),
+                                                 _layout_of(params)), input.dtype)
+    sample = _sampler(params)
+
+    def gradients(grad_output, input, theta, displacement):
+        _, vjp = jax.vjp(sample, input.astype(compute), theta, displacement)
+        grads = vjp(grad_output.astype(compute))
+        return [g if want else _primitives.absent(o.dtype)
+                for g, want, o in zip(grads, (want_input, want_theta, want_displacement),
+                                      outs)]
+
+    primals = (grad_output, input, theta, displacement)
+    return outs, _primitives.jvp_along(gradients, primals, tangents)
+
+
+ad.primitive_jvps[backward_p] = _backward_jvp
 ad.primitive_jvps[forward_p] = _forward_jvp
 ad.primitive_transposes[forward_p] = _forward_transpose
 ad.primitive_jvps[direction_p] = _direction_jvp
 ad.primitive_transposes[direction_p] = _direction_transpose
+ad.primitive_transposes[tangent_p] = _tangent_transpose
+
+
+def _channels(params) -> int:
+    """Where the batch axis folds into C (a volume's channel axis)."""
+    return 4 if params["channels_last"] else 1
+
+
+def _forward_batch(args, dims, **params):
+    """The input mapped alone folds into C (one virtual grid serves every batch member's
+    channels), unless moving its batch axis beside C copies more than broadcasting theta
+    and the displacement would; the rest into N. (A displacement mapped alone cannot fold
+    into the points as a grid's can: the affine part depends on each point's place.)"""
+    input, theta, displacement = args
+    if dims[1] is None and dims[2] is None:
+        size = _primitives.batch_size(args, dims)
+        if (_primitives.moves_free(input.shape, dims[0], _channels(params))
+                or input.size <= size * (theta.size + displacement.size)):
+            at = _channels(params)
+            return _primitives.folded_call(forward_p, args, dims, (at, None, None), at,
+                                           **params)
+    return _primitives.folded_call(forward_p, args, dims, (0, 0, 0), 0, **params)
+
+
+def _backward_batch(args, dims, *, want_theta, want_displacement, **params):
+    """grad_input alone with theta and the displacement unmapped folds into C; the rest
+    into N."""
+    wants = dict(want_theta=want_theta, want_displacement=want_displacement)
+    if not (want_theta or want_displacement) and dims[2] is None and dims[3] is None:
+        at = _channels(params)
+        return _primitives.folded_call(backward_p, args, dims, (at, at, None, None),
+                                       (at, None, None), **wants, **params)
+    return _primitives.folded_call(backward_p, args, dims, (0, 0, 0, 0), 0, **wants,
+                                   **params)
+
+
+batching.primitive_batchers[forward_p] = _forward_batch
+batching.primitive_batchers[backward_p] = _backward_batch
 
 
 def warp(input: ArrayLike, theta: ArrayLike | None = None,
@@ -211,8 +348,9 @@ def warp(input: ArrayLike, theta: ArrayLike | None = None,
     Notes
     -----
     ``jax.grad`` runs the fused backward kernel (the displacement's gradient written
-    directly, theta's summed per row in a fixed order; no grid is formed). Forward mode
-    (``jax.jvp``/``jacfwd``) works; second derivatives in theta or displacement do not.
+    directly, theta's summed per row in a fixed order; no grid is formed), once for every
+    gradient differentiated. Forward mode (``jax.jvp``/``jacfwd``) works, and second and
+    higher derivatives (``jax.hessian``) in every operand.
 
     Examples
     --------
