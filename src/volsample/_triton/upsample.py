@@ -178,9 +178,9 @@ class PreparedUpsample:
     """An upsampling call prepared (``prepare``) for a source and a destination of the same
     shapes, strides, dtypes and device, as the C++ core's: the per-axis tables on the
     device, and each pass's launch grid, integer arguments, constexprs and tile, worked
-    out once. ``forward_on`` runs the map prepared (``prepare_forward``'s, source the
-    input; ``prepare_backward``'s adjoint, source grad_output); ``backward_on`` is the
-    same run."""
+    out once. Prepared for one map (``prepare_forward``'s, source the input, or
+    ``prepare_backward``'s adjoint, source grad_output), it runs that map, whether asked
+    through ``forward_on`` or ``backward_on`` (the C++ core's object runs both)."""
 
     __slots__ = ("dense", "compute", "passes")
 
@@ -205,7 +205,7 @@ class PreparedUpsample:
                 src = out
         written(target, dst)
 
-    backward_on = forward_on
+    backward_on = forward_on  # (the map prepared)
 
 
 def preparable(*tensors) -> bool:
