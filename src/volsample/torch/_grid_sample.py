@@ -403,8 +403,10 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     tensor([3.5000])
     """
     key = None
-    # (eager first: torch.compile never traces the lookup, nor guards on the cache)
-    if (align_corners is None or type(align_corners) is bool) and _dispatch.eager(input, grid):
+    # (eager first: torch.compile never traces the lookup, nor guards on the cache; asked
+    # once, for the lookup and for the first call's way alike)
+    eager = _dispatch.eager(input, grid)
+    if eager and (align_corners is None or type(align_corners) is bool):
         try:  # a call met before: its prepared kernel, found with no other check
             key = (_EAGER, input.shape, input.stride(), input.dtype, grid.shape, grid.stride(),
                    grid.dtype, mode, padding_mode, align_corners, _config.get_num_threads())
@@ -420,7 +422,7 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
         _operands.tensor("grid", grid)
         modes = (MODES.code(mode), PADDINGS.code(padding_mode),
                  _operands.align_corners(align_corners))
-    if not _dispatch.eager(input, grid):
+    if not eager:
         return _forward(input, grid, *modes)
     prepared, out = _prepared_forward(input, grid, *modes)
     if prepared.kernel is None:  # nothing to compute: the general path

@@ -80,12 +80,13 @@ def _warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode,
         out = _memory.empty_volume(call.output_shape, input)
     else:
         call, out = prepared.call, prepared.results[0]()
-    operands = (*map(device.read, (input, theta, displacement)), device.write(out))
-    backend = device.backend("warp")
+    read = device.read
+    operands = read(input), read(theta), read(displacement), device.write(out)
     if prepared is None:
-        prepared = _kept(key, call, backend.prepare_forward(call, *operands), (out,))
+        prepared = _kept(key, call, device.backend("warp").prepare_forward(call, *operands),
+                         (out,))
     if prepared.kernel is None:
-        backend.forward(call, *operands)
+        device.backend("warp").forward(call, *operands)
     else:
         prepared.kernel.forward_on(*operands)
     return out
@@ -132,15 +133,14 @@ def _warp_3d_backward(grad_output, input, theta, displacement, interpolation_mod
     else:
         call = prepared.call
         gradients = tuple(None if new is None else new() for new in prepared.results)
-    operands = (*map(device.read, (grad_output, input, theta, displacement)),
-                *map(device.write, gradients))
-    backend = device.backend("warp")
-    options = device.options(key[-1])
+    read, write = device.read, device.write
+    operands = (read(grad_output), read(input), read(theta), read(displacement),
+                *map(write, gradients))
     if prepared is None:
-        prepared = _kept(key, call, backend.prepare_backward(call, *operands, **options),
-                         gradients)
+        prepared = _kept(key, call, device.backend("warp").prepare_backward(
+            call, *operands, **device.options(key[-1])), gradients)
     if prepared.kernel is None:
-        backend.backward(call, *operands, **options)
+        device.backend("warp").backward(call, *operands, **device.options(key[-1]))
     else:
         prepared.kernel.backward_on(*operands)
     return _returned(gradients, input)
