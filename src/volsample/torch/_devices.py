@@ -6,6 +6,7 @@ device's ``Device``: one key, one lookup in ``_prepared``, and on a miss the che
 backend's ``prepare_forward`` / ``prepare_backward``."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -39,10 +40,12 @@ def _same(t):
     return t
 
 
-# The C++ core: NumPy views of the tensors' memory; its thread count (the kernels take the
-# count ``threads_for`` gives a call's work, within it).
-CPU = Device(_backends.cpu, _memory.tensor_key, _read_only, _memory.writable_array,
-             _config.get_num_threads, lambda threads: {})
-# The Triton kernels: the tensors themselves; the backward's ``deterministic``.
+# The C++ core (its launchers found once: the general path asks on every call): NumPy views
+# of the tensors' memory; its thread count (the kernels take the count ``threads_for``
+# gives a call's work, within it).
+CPU = Device(functools.cache(_backends.cpu), _memory.tensor_key, _read_only,
+             _memory.writable_array, _config.get_num_threads, lambda threads: {})
+# The Triton kernels (imported on first use): the tensors themselves; the backward's
+# ``deterministic``.
 CUDA = Device(_backends.gpu, _cuda_key, _same, _same, _config.get_deterministic,
               lambda deterministic: {"deterministic": deterministic})
