@@ -498,69 +498,96 @@ def test_every_op_has_a_cuda_kernel(name):
     assert torch._C._dispatch_has_kernel_for_dispatch_key(f"volsample::{name}", "CPU")
 
 
-def _stand_in(monkeypatch, family, **launchers):
-    """Launchers of ``family`` that record their calls and write ``launchers[name]``'s
-    values into their results (the arguments after the operands, as the contract has it),
-    None where the door passed none."""
+def _stand_in(monkeypatch, family, **results):
+    """Triton launchers of ``family`` that record their calls: ``prepare_forward`` and
+    ``prepare_backward`` return prepared calls whose ``forward_on`` / ``backward_on`` write
+    ``results["forward"]`` / ``results["backward"]``'s values into the results they are
+    handed (the arguments after the operands, as the contract has it; None where the door
+    passed none). The store of prepared calls starts empty."""
+    _prepared.forget_prepared_calls()
     calls = []
 
-    def recorder(name, results):
-        def launcher(*args):
+    def run(name, values):
+        def launch(*args):
             calls.append((name, args))
-            given = [a for a in args if isinstance(a, torch.Tensor)][-len(results):] \
-                if results else []
-            for result, value in zip(given, results):
+            given = [a for a in args if isinstance(a, torch.Tensor)][-len(values):] \
+                if values else []
+            for result, value in zip(given, values):
                 result.copy_(value)
-        return launcher
+        return launch
 
-    module = types.SimpleNamespace(**{k: recorder(k, v) for k, v in launchers.items()})
+    def prepare(name):
+        def prepare_call(*args, **kwargs):
+            calls.append((name, args + tuple(kwargs.values())))
+            return types.SimpleNamespace(forward_on=run("forward_on", results.get("forward")),
+                                         backward_on=run("backward_on", results.get("backward")))
+        return prepare_call
+
+    module = types.SimpleNamespace(prepare_forward=prepare("prepare_forward"),
+                                   prepare_backward=prepare("prepare_backward"))
     monkeypatch.setitem(sys.modules, f"volsample._triton.{family}", module)
     return calls
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_cuda_grid_sampler_calls_the_triton_launchers(monkeypatch, deterministic):
-    """The CUDA kernels allocate the results (the input's memory format; grad_grid
-    contiguous), hand them to the launchers after the operands, and return them."""
+def test_cuda_grid_sampler_prepares_its_calls_on_the_triton_backend(monkeypatch, deterministic):
+    """The CUDA kernels take the CPU kernels' way (``_prepared``, one key, one lookup): the
+    first call of a key allocates the results (the input's memory format; grad_grid
+    contiguous), prepares the Triton call on the operands and results and runs it; a second
+    call of that key runs the prepared call, on new results."""
     x, grid, go = torch.randn(1, 2, 3, 4, 5), torch.zeros(1, 2, 2, 2, 3), torch.randn(1, 2, 2, 2, 2)
     out, grad_input = torch.randn(1, 2, 2, 2, 2), torch.randn(1, 2, 3, 4, 5)
     calls = _stand_in(monkeypatch, "grid_sample", forward=(out,), backward=(grad_input,))
     monkeypatch.setattr(volsample._config, "_deterministic", deterministic)
-    assert torch.equal(_grid_sample._grid_sampler_3d_cuda(x, grid, 1, 2, True), out)
-    gi, gg = _grid_sample._grid_sampler_3d_backward_cuda(go, x, grid, 0, 1, False, [True, False])
-    assert torch.equal(gi, grad_input) and gg.numel() == 0  # a gradient not asked for: empty
-    (f_name, f_args), (b_name, b_args) = calls
-    assert f_name == "forward" and f_args[1:3] == (x, grid) and f_args[3].shape == out.shape
-    assert (f_args[0].mode, f_args[0].padding, f_args[0].align_corners) == (1, 2, True)
-    assert b_name == "backward" and b_args[1] is go and b_args[2:4] == (x, grid)
-    assert b_args[4].shape == x.shape and b_args[5] is None and b_args[6] == deterministic
-    call = b_args[0]
-    assert isinstance(f_args[0], _calls.GridSample) and isinstance(call, _calls.GridSample)
+    for _ in range(2):
+        assert torch.equal(_grid_sample._grid_sampler_3d_cuda(x, grid, 1, 2, True), out)
+        gi, gg = _grid_sample._grid_sampler_3d_backward_cuda(go, x, grid, 0, 1, False,
+                                                             [True, False])
+        assert torch.equal(gi, grad_input) and gg.numel() == 0  # not asked for: empty
+    names = [name for name, _ in calls]
+    assert names == ["prepare_forward", "forward_on", "prepare_backward", "backward_on",
+                     "forward_on", "backward_on"]
+    (_, f_prep), (_, f_run), (_, b_prep), (_, b_run) = calls[:4]
+    call = f_prep[0]
+    assert isinstance(call, _calls.GridSample)
+    assert (call.mode, call.padding, call.align_corners) == (1, 2, True)
+    assert f_prep[1:3] == (x, grid) and f_prep[3].shape == out.shape
+    assert f_run[:2] == (x, grid) and f_run[2] is f_prep[3]  # the first run: its results
+    assert calls[4][1][2] is not f_prep[3]  # later runs: new results
+    call = b_prep[0]
+    assert isinstance(call, _calls.GridSample)
     assert (call.mode, call.padding, call.align_corners, call.output_mask) == (0, 1, False,
                                                                             (True, False))
+    assert b_prep[1] is go and b_prep[2:4] == (x, grid) and b_prep[4].shape == x.shape
+    assert b_prep[5] is None and b_prep[6] == deterministic
+    assert b_run[0] is go and b_run[1:3] == (x, grid) and b_run[4] is None
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_cuda_upsample_calls_the_triton_launchers(monkeypatch, deterministic):
+def test_cuda_upsample_prepares_its_calls_on_the_triton_backend(monkeypatch, deterministic):
     x, go = torch.randn(1, 2, 3, 4, 5), torch.randn(1, 2, 6, 8, 10)
     out, grad_input = torch.empty(1, 2, 6, 8, 10), torch.empty(1, 2, 3, 4, 5)
     out.normal_(), grad_input.normal_()
     calls = _stand_in(monkeypatch, "upsample", forward=(out,), backward=(grad_input,))
     monkeypatch.setattr(volsample._config, "_deterministic", deterministic)
-    assert torch.equal(_upsample._upsample_trilinear3d_cuda(x, [6, 8, 10], True,
-                                                            [2.0, 2.0, 2.0]), out)
-    assert torch.equal(_upsample._upsample_trilinear3d_backward_cuda(go, [1, 2, 3, 4, 5], False,
-                                                                     None), grad_input)
-    (f_name, f_args), (b_name, b_args) = calls
-    assert f_name == "forward" and f_args[1] is x and f_args[2].shape == out.shape
-    call = f_args[0]
-    assert isinstance(call, _calls.Upsample) and isinstance(b_args[0], _calls.Upsample)
+    for _ in range(2):
+        assert torch.equal(_upsample._upsample_trilinear3d_cuda(x, [6, 8, 10], True,
+                                                                [2.0, 2.0, 2.0]), out)
+        assert torch.equal(_upsample._upsample_trilinear3d_backward_cuda(
+            go, [1, 2, 3, 4, 5], False, None), grad_input)
+    names = [name for name, _ in calls]
+    assert names == ["prepare_forward", "forward_on", "prepare_backward", "backward_on",
+                     "forward_on", "backward_on"]
+    (_, f_prep), (_, f_run), (_, b_prep), (_, b_run) = calls[:4]
+    call = f_prep[0]
+    assert isinstance(call, _calls.Upsample) and isinstance(b_prep[0], _calls.Upsample)
     assert (call.output_shape, call.align_corners, call.scales) == ((1, 2, 6, 8, 10), True,
                                                                     (2.0, 2.0, 2.0))
+    assert f_prep[1] is x and f_prep[2].shape == out.shape and f_run[0] is x
     # always reproducible on the GPU: no deterministic flag
-    assert b_name == "backward" and b_args[1] is go and len(b_args) == 3
-    assert b_args[2].shape == grad_input.shape
-    call = b_args[0]
+    assert b_prep[1] is go and len(b_prep) == 3 and b_prep[2].shape == grad_input.shape
+    assert b_run[0] is go
+    call = b_prep[0]
     assert (call.input_shape, call.align_corners, call.scales) == ((1, 2, 3, 4, 5), False,
                                                                    (None, None, None))
 
@@ -572,6 +599,7 @@ def test_cuda_upsample_calls_the_triton_launchers(monkeypatch, deterministic):
         torch.randn(1, 1, 4, 4, 4), [1, 1, 2, 2, 2], False, None)),
 ])
 def test_cuda_without_triton_names_the_missing_backend(monkeypatch, family, call):
+    _prepared.forget_prepared_calls()
     monkeypatch.setitem(sys.modules, f"volsample._triton.{family}", None)  # import fails
     with pytest.raises(RuntimeError, match=rf"Triton GPU backend \(volsample\._triton\.{family}\)"):
         call()

@@ -188,15 +188,16 @@ def test_compile_fullgraph_matches_eager(mode):
 
 @pytest.mark.parametrize("mode", CUBIC)
 def test_cuda_tensors_go_to_the_triton_launchers(monkeypatch, mode):
-    """The cubic modes take the trilinear modes' path to the GPU backend: the launcher gets
-    the checked description with the mode's code (its own check decides what it runs)."""
+    """The cubic modes take the trilinear modes' path to the GPU backend: the launchers
+    prepare the checked description with the mode's code (their own check decides what
+    they run)."""
     x, grid, go = torch.randn(1, 2, 3, 4, 5), torch.zeros(1, 2, 2, 2, 3), torch.randn(1, 2, 2, 2, 2)
     out = torch.empty(1, 2, 2, 2, 2)
     calls = _stand_in(monkeypatch, "grid_sample", forward=(out,), backward=(grid,))
     code = MODE_TABLE[mode].code
     assert _grid_sample._grid_sampler_3d_cuda(x, grid, code, 1, True).shape == out.shape
     _grid_sample._grid_sampler_3d_backward_cuda(go, x, grid, code, 2, False, [False, True])
-    (_, f_args), (_, b_args) = calls
+    (_, f_args), _, (_, b_args), _ = calls  # prepare_forward, forward_on, prepare_backward, ...
     assert (f_args[0].mode, f_args[0].padding, f_args[0].align_corners) == (code, 1, True)
     assert (b_args[0].mode, b_args[0].padding, b_args[0].output_mask) == (code, 2,
                                                                           (False, True))

@@ -28,6 +28,7 @@ from helpers import KernelRuns  # noqa: E402
 
 import volsample.torch as vt  # noqa: E402
 from volsample import _reference as reference  # noqa: E402
+from volsample import _backends  # noqa: E402
 from volsample.torch import _grid_sample, _upsample, _warp  # noqa: E402
 
 B = 3  # the vmapped batch
@@ -75,7 +76,7 @@ def test_vmap_grid_sample_is_one_kernel_call_and_the_loop(monkeypatch, in_dims, 
     def fn(a, b):
         return vt.grid_sample(a, b, mode, padding_mode, align_corners=False)
     expected = _loop(fn, in_dims, (x, grid))
-    counter = KernelRuns(monkeypatch, _grid_sample._cpu, "forward")
+    counter = KernelRuns(monkeypatch, _backends.cpu("grid_sample"), "forward")
     got = _no_performance_drop(torch.func.vmap(fn, in_dims=in_dims), x, grid)
     assert counter.calls == 1
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-14)
@@ -101,7 +102,7 @@ def test_vmap_grid_sample_backward_is_one_kernel_call_and_the_loop(monkeypatch, 
                                                             [True, True])
     expected = [torch.stack(t) for t in zip(*(fn(*(_item(a, d, i) for a, d in zip(args, in_dims)))
                                               for i in range(B)))]
-    counter = KernelRuns(monkeypatch, _grid_sample._cpu, "backward")
+    counter = KernelRuns(monkeypatch, _backends.cpu("grid_sample"), "backward")
     with torch.autograd.graph.disable_saved_tensors_hooks("no autograd here"), torch.no_grad():
         got = _no_performance_drop(torch.func.vmap(fn, in_dims=in_dims), *args)
     assert counter.calls == 1
@@ -170,12 +171,12 @@ def test_vmap_upsample_forward_and_backward(monkeypatch):
 
     def fn(a):
         return vt.upsample_trilinear(a, scale_factor=2, align_corners=False)
-    counter = KernelRuns(monkeypatch, _upsample._cpu, "forward")
+    counter = KernelRuns(monkeypatch, _backends.cpu("upsample"), "forward")
     got = _no_performance_drop(torch.func.vmap(fn), x)
     assert counter.calls == 1
     torch.testing.assert_close(got, _loop(fn, (0,), (x,)), rtol=0, atol=1e-14)
     go = torch.randn_like(got)
-    backward = KernelRuns(monkeypatch, _upsample._cpu, "backward")
+    backward = KernelRuns(monkeypatch, _backends.cpu("upsample"), "backward")
     _, vjp = torch.func.vjp(torch.func.vmap(fn), x)
     (grad,) = _no_performance_drop(vjp, go)
     assert backward.calls == 1
@@ -193,7 +194,7 @@ def test_vmap_warp_forward_and_jacobians(monkeypatch):
 
     def fn(a, t):
         return vt.warp(a, t, u)
-    counter = KernelRuns(monkeypatch, _warp._cpu, "forward")
+    counter = KernelRuns(monkeypatch, _backends.cpu("warp"), "forward")
     got = _no_performance_drop(torch.func.vmap(fn, in_dims=(None, 0)), x[0], theta)
     assert counter.calls == 1
     torch.testing.assert_close(got, _loop(fn, (None, 0), (x[0], theta)), rtol=0, atol=1e-14)

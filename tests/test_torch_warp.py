@@ -173,14 +173,17 @@ def test_errors_are_volsample_and_pytorch_classes():
 
 @pytest.mark.parametrize("mode", [0, 2, 3])  # bilinear, bicubic, bspline: one path
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_cuda_kernels_call_the_triton_launchers_with_the_description(monkeypatch, deterministic,
-                                                                    mode):
-    """The ops' CUDA kernels build the Warp description and hand it, with the tensors and
-    the results they allocate (None for a gradient not asked for), to the launchers of
-    volsample._triton.warp (a stand-in here: no GPU), and return those results."""
+def test_cuda_kernels_prepare_their_calls_on_the_triton_backend(monkeypatch, deterministic,
+                                                                mode):
+    """The ops' CUDA kernels take the CPU kernels' way (``_prepared``): the first call of a
+    key builds the Warp description and prepares it, with the tensors and the results it
+    allocates (None for a gradient not asked for), on volsample._triton.warp (a stand-in
+    here: no GPU), then runs the prepared call; a second call of that key only runs it.
+    They return those results."""
     import sys
     import types
 
+    from volsample import _prepared
     from volsample.torch import _warp
 
     for name in ("warp_3d", "warp_3d_backward"):
@@ -188,24 +191,34 @@ def test_cuda_kernels_call_the_triton_launchers_with_the_description(monkeypatch
     x, theta, u = operands(torch.float32, N=1, C=2, grad=False)
     go = torch.randn(1, 2, 3, 6, 4)
     calls = []
+    prepared = types.SimpleNamespace(
+        forward_on=lambda *args: calls.append(("forward_on", args)) or args[-1].fill_(1.0),
+        backward_on=lambda *args: calls.append(("backward_on", args)) or [
+            t.fill_(2.0) for t in args[-3:] if t is not None])
     stand_in = types.SimpleNamespace(
-        forward=lambda *args: calls.append(("forward", args)) or args[-1].fill_(1.0),
-        backward=lambda *args: calls.append(("backward", args)) or [
-            t.fill_(2.0) for t in args[-4:-1] if t is not None])
+        prepare_forward=lambda *args: calls.append(("prepare_forward", args)) or prepared,
+        prepare_backward=lambda *args, **kw: calls.append(
+            ("prepare_backward", args + tuple(kw.values()))) or prepared)
     monkeypatch.setitem(sys.modules, "volsample._triton.warp", stand_in)
     monkeypatch.setattr(volsample._config, "_deterministic", deterministic)
-    out = _warp._warp_3d_cuda(x, theta, u, [3, 6, 4], mode, 1, True, 1)
-    gi, gt, gd = _warp._warp_3d_backward_cuda(go, x, theta, u, mode, 1, True, 1,
-                                              [False, True, True])
-    (_, (call, *tensors)), (_, (bcall, *btensors)) = calls
-    assert tensors[3] is out and out.shape == (1, 2, 3, 6, 4) and bool((out == 1).all())
-    assert gi.numel() == 0 and btensors[4] is None
-    assert btensors[5] is gt and gt.shape == theta.shape and bool((gt == 2).all())
-    assert btensors[6] is gd and gd.shape == u.shape and bool((gd == 2).all())
+    _prepared.forget_prepared_calls()
+    for _ in range(2):
+        out = _warp._warp_3d_cuda(x, theta, u, [3, 6, 4], mode, 1, True, 1)
+        gi, gt, gd = _warp._warp_3d_backward_cuda(go, x, theta, u, mode, 1, True, 1,
+                                                  [False, True, True])
+        assert out.shape == (1, 2, 3, 6, 4) and bool((out == 1).all())
+        assert gi.numel() == 0 and gt.shape == theta.shape and bool((gt == 2).all())
+        assert gd.shape == u.shape and bool((gd == 2).all())
+    assert [name for name, _ in calls] == ["prepare_forward", "forward_on", "prepare_backward",
+                                           "backward_on", "forward_on", "backward_on"]
+    (_, (call, *tensors)), _, (_, (bcall, *btensors)), _ = calls[:4]
+    assert tensors[:3] == [x, theta, u] and tensors[3].shape == (1, 2, 3, 6, 4)
+    assert btensors[:4] == [go, x, theta, u] and btensors[4] is None
+    assert btensors[5].shape == theta.shape and btensors[6].shape == u.shape
     assert call.output_spatial == (3, 6, 4) and call.units == 1 and call.padding == 1
     assert call.mode == bcall.mode == mode
-    assert tensors[0] is x and tensors[1] is theta and tensors[2] is u
     assert bcall.output_mask == (False, True, True) and btensors[-1] == deterministic
+    _prepared.forget_prepared_calls()
 
 
 # ---------------------------------------------------------------------------------------

@@ -14,9 +14,12 @@ hands them the tensors). Each has one module per operator family (``grid_sample`
   default ``get_num_threads``; the GPU's ``deterministic``), upsampling's forward and
   backward take the C++ thread count alone (the GPU's is always reproducible);
 - ``workspace_nbytes(call, ...)``: the scratch memory a call allocates beyond its results;
-- the C++ core's alone, for small calls: ``preparable`` and ``prepare_forward`` /
-  ``prepare_backward``, a call's kernel prepared for operands of the same shapes, strides
-  and dtypes.
+- ``preparable`` and ``prepare_forward`` / ``prepare_backward`` (the forward's and the
+  backward's arguments): a call prepared once for operands of the same shapes, strides
+  and dtypes (and device), whose ``forward_on`` / ``backward_on`` run it on new ones (the
+  C++ core's kernel arguments, also run on bare addresses; the Triton kernels' launches
+  and tables); None where the backend runs the call unprepared (nothing to compute, and
+  on the C++ core the operands it cannot take as they are).
 
 The C++ core is imported with this module where it is built; without it, importing
 volsample still works, CUDA tensors still run, and a CPU call says what is missing. The

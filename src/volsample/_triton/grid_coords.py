@@ -4,10 +4,14 @@
 composes them (``reflect`` folds with an exact fmod and division emulated by fmas, so that
 no kernel calls a division's or fmod's subroutine), ``grid_point`` makes a point's padded
 voxel coordinates, and ``point_coordinates`` reads where a point samples from the call's
-coordinate source (a grid, or a warp's theta and displacement).
+coordinate source (a grid, or a warp's theta and displacement), which the launchers hand
+the kernels as ``Coordinates``.
 """
 from __future__ import annotations
 
+import dataclasses
+
+import torch
 import triton
 import triton.language as tl
 
@@ -230,3 +234,43 @@ def grid_point(cx, cy, cz, mask, D, H, W, PADDING: tl.constexpr, ALIGN: tl.const
     iy = tl.where(valid, iy, 0.0)
     iz = tl.where(valid, iz, 0.0)
     return ix, iy, iz, mx, my, mz, valid
+
+
+@dataclasses.dataclass(frozen=True)
+class Coordinates:
+    """Where a call's points sample, as the kernels take it (their coordinate source): a
+    ``field`` (N, Do, Ho, Wo, 3) -- the grid of grid sampling, or a warp's displacement --
+    and, for a warp, the affine part ``theta`` (N, 3, 4, the compute dtype, contiguous)
+    over the base grid. ``table`` holds the base coordinates bx (Wo), by (Ho), bz (Do) and
+    the field's three per-channel scales (``scaled``: a displacement in voxels), in the
+    compute dtype. ``dtype`` is that of the coordinates the caller gave, and of their
+    gradients."""
+    batch: int
+    spatial: tuple  # (Do, Ho, Wo)
+    dtype: torch.dtype
+    field: torch.Tensor | None = None
+    theta: torch.Tensor | None = None
+    table: torch.Tensor | None = None
+    scaled: bool = False
+
+    def args(self, unused):
+        """The kernels' pointer arguments (field, theta, table), then the field's strides."""
+        return (or_unused(self.field, unused), or_unused(self.theta, unused), or_unused(self.table, unused),
+                *(self.field.stride() if self.field is not None else (0,) * 5))
+
+    def consts(self):
+        return dict(AFFINE=self.theta is not None, FIELD=self.field is not None,
+                    SCALED=self.scaled)
+
+    def tensors(self):
+        return tuple(t for t in (self.field, self.theta, self.table) if t is not None)
+
+
+def grid_coordinates(grid) -> Coordinates:
+    """A grid as the coordinate source: its values are where the points sample."""
+    return Coordinates(grid.shape[0], tuple(grid.shape[1:4]), grid.dtype, field=grid)
+
+
+def or_unused(t, unused):
+    """``t``, or where it is absent (None) the tensor that stands for an unused pointer."""
+    return unused if t is None else t

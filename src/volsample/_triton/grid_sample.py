@@ -39,7 +39,6 @@ over channels in a fixed order.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -52,7 +51,7 @@ from .._tables import MODES, NEAREST
 from . import (LAUNCH, block_of_points, compute_dtype, index_dtype,
                is_channels_last, new_volume, on_device_of, programs,
                split_spatial, tile, tl_dtype, writable_volume, written)
-from .grid_coords import grid_point, point_coordinates
+from .grid_coords import Coordinates, grid_coordinates, grid_point, or_unused, point_coordinates
 from .grid_taps import (axis_tap, cell_id, corner, corner_weight_grad, cubic_footprint,
                         rows_of_item, store_theta_terms, tap_backward, tap_value, tap_window,
                         within, positions)
@@ -299,41 +298,6 @@ def _tile_of(input):
     return _points_tile(input.shape[1], is_channels_last(input))
 
 
-@dataclasses.dataclass(frozen=True)
-class Coordinates:
-    """Where a call's points sample, as the kernels take it (their coordinate source): a
-    ``field`` (N, Do, Ho, Wo, 3) -- the grid of grid sampling, or a warp's displacement --
-    and, for a warp, the affine part ``theta`` (N, 3, 4, the compute dtype, contiguous)
-    over the base grid. ``table`` holds the base coordinates bx (Wo), by (Ho), bz (Do) and
-    the field's three per-channel scales (``scaled``: a displacement in voxels), in the
-    compute dtype. ``dtype`` is that of the coordinates the caller gave, and of their
-    gradients."""
-    batch: int
-    spatial: tuple  # (Do, Ho, Wo)
-    dtype: torch.dtype
-    field: torch.Tensor | None = None
-    theta: torch.Tensor | None = None
-    table: torch.Tensor | None = None
-    scaled: bool = False
-
-    def args(self, unused):
-        """The kernels' pointer arguments (field, theta, table), then the field's strides."""
-        return (_or(self.field, unused), _or(self.theta, unused), _or(self.table, unused),
-                *(self.field.stride() if self.field is not None else (0,) * 5))
-
-    def consts(self):
-        return dict(AFFINE=self.theta is not None, FIELD=self.field is not None,
-                    SCALED=self.scaled)
-
-    def tensors(self):
-        return tuple(t for t in (self.field, self.theta, self.table) if t is not None)
-
-
-def grid_coordinates(grid) -> Coordinates:
-    """A grid as the coordinate source: its values are where the points sample."""
-    return Coordinates(grid.shape[0], tuple(grid.shape[1:4]), grid.dtype, field=grid)
-
-
 def _setup(input, coords, mode, padding_mode, align_corners, tensors, counts):
     """Sizes (N, C, D, H, W, S = Do*Ho*Wo, Do, Ho, Wo), the compute dtype and the
     constexprs shared by the kernels of one call; INDEX covers ``tensors`` and ``counts``."""
@@ -363,30 +327,84 @@ def _window_values(mode):
     return {1: 0, 2: 3, 4: 12}[MODES.of(mode).taps]
 
 
+class PreparedGridSample:
+    """A grid-sampling call prepared (``prepare_forward``, ``prepare_backward``) for
+    operands of the same shapes, strides, dtypes and device, as the C++ core's: its
+    launches worked out once (``ForwardLaunch``, ``BackwardLaunch``); ``forward_on`` and
+    ``backward_on`` run them on new operands (tensors here, the C++ core's arrays)."""
+
+    __slots__ = ("launch",)
+
+    def __init__(self, launch) -> None:
+        self.launch = launch
+
+    def forward_on(self, input, grid, out) -> None:
+        with on_device_of(input):
+            self.launch.run(input, grid_coordinates(grid), out)
+
+    def backward_on(self, grad_output, input, grid, grad_input, grad_grid) -> None:
+        with on_device_of(input):
+            self.launch.run(grad_output, input, grid_coordinates(grid), grad_input, grad_grid,
+                            None)
+
+
+def preparable(*tensors) -> bool:
+    """Whether a call on operands like these may be prepared: always (the launchers take
+    any strides, and stage a result they cannot write as it is)."""
+    return True
+
+
+def prepare_forward(call, input, grid, out) -> PreparedGridSample | None:
+    """``forward(call, input, grid, out)`` prepared for operands of these tensors' shapes,
+    strides, dtypes and device; None for a call with nothing to compute."""
+    if out.numel() == 0:
+        return None
+    return PreparedGridSample(ForwardLaunch(input, grid_coordinates(grid), call.mode,
+                                            call.padding, call.align_corners, out))
+
+
 def forward(call, input, grid, out) -> None:
     """Sample ``input`` (N, C, D, H, W) at ``grid`` (N, Do, Ho, Wo, 3) into ``out`` (N, C,
     Do, Ho, Wo, the input's dtype) as the checked ``call`` (a ``_calls.GridSample``) says:
     SPEC §2. A float32/float64 grid may accompany 16-bit input (computed in the grid's
     precision, at least float32)."""
-    with on_device_of(input):
-        sample(input, grid_coordinates(grid), call.mode, call.padding, call.align_corners, out)
+    prepared = prepare_forward(call, input, grid, out)
+    if prepared is not None:
+        prepared.forward_on(input, grid, out)
 
 
-def sample(input, coords: Coordinates, mode: int, padding_mode: int, align_corners: bool,
-           out) -> None:
-    """``input`` sampled where ``coords`` says, into ``out``: the forward of grid sampling
-    and of warps."""
-    if out.numel() == 0:
-        return
-    target, strides = writable_volume(out)
-    (N, C, D, H, W, S, Do, Ho, Wo), _, consts = _setup(input, coords, mode, padding_mode,
-                                                       align_corners, (target,), ())
-    block_p, block_c = _tile_of(input)
-    _forward_kernel[programs(N, S, block_p)](
-        input, *coords.args(target)[:3], target, C, D, H, W, S, Do, Ho, Wo, *input.stride(),
-        *coords.args(target)[3:], *strides, **consts, BLOCK_P=block_p,
-        BLOCK_C=block_c, **LAUNCH)
-    written(target, out)
+class ForwardLaunch:
+    """The forward's launch (of grid sampling and of warps) worked out for operands like
+    these: its launch grid, its integer arguments (sizes and strides), its constexprs and
+    tile, and whether the result is computed into a dense copy (``writable_volume``)."""
+
+    __slots__ = ("programs", "ints", "consts", "dense")
+
+    def __init__(self, input, coords: Coordinates, mode: int, padding_mode: int,
+                 align_corners: bool, out) -> None:
+        target, strides = writable_volume(out)
+        self.dense = target is out
+        sizes, _, consts = _setup(input, coords, mode, padding_mode, align_corners, (target,), ())
+        block_p, block_c = _tile_of(input)
+        self.programs = programs(sizes[0], sizes[5], block_p)
+        self.ints = (*sizes[1:], *input.stride(), *coords.args(target)[3:], *strides)
+        self.consts = dict(consts, BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+
+    def run(self, input, coords: Coordinates, out) -> None:
+        """``input`` sampled where ``coords`` says, into ``out``."""
+        target = out if self.dense else new_volume(out.shape, out.dtype, out)
+        _forward_kernel[self.programs](input, *coords.args(target)[:3], target, *self.ints,
+                                       **self.consts)
+        written(target, out)
+
+
+def prepare_backward(call, grad_output, input, grid, grad_input, grad_grid,
+                     deterministic: bool = True) -> PreparedGridSample:
+    """``backward(...)`` prepared for operands and gradients (None: not asked for) of these
+    tensors' shapes, strides, dtypes and device."""
+    return PreparedGridSample(BackwardLaunch(
+        grad_output, input, grid_coordinates(grid), call.mode, call.padding,
+        call.align_corners, grad_input, grad_grid, None, deterministic))
 
 
 def backward(call, grad_output, input, grid, grad_input, grad_grid,
@@ -396,119 +414,138 @@ def backward(call, grad_output, input, grid, grad_input, grad_grid,
     one not asked for: SPEC §2. ``deterministic`` selects the atomic-free gather for
     grad_input (bitwise reproducible) over the atomic scatter. grad_grid is exactly 0 for
     nearest."""
-    with on_device_of(input):
-        sample_backward(grad_output, input, grid_coordinates(grid), call.mode, call.padding,
-                        call.align_corners, grad_input, grad_grid, None, deterministic)
+    prepare_backward(call, grad_output, input, grid, grad_input, grad_grid,
+                     deterministic).backward_on(grad_output, input, grid, grad_input, grad_grid)
 
 
-def sample_backward(grad_output, input, coords: Coordinates, mode: int, padding_mode: int,
-                    align_corners: bool, grad_input, grad_field, grad_theta,
-                    deterministic: bool) -> None:
-    """The gradients of ``sample`` into ``grad_input``, ``grad_field`` (the field's shape,
-    ``coords.dtype``; scaled as the field is) and ``grad_theta`` ((N, 3, 4),
-    ``coords.dtype``: summed per block of points and then over the blocks in float64, in
-    a fixed order), each written whole, None where not wanted. The last two are exactly
-    0 for nearest."""
-    N, C, D, H, W = input.shape
-    Do, Ho, Wo = coords.spatial
-    points = N * Do * Ho * Wo
-    work = points * C > 0
-    smooth = mode != NEAREST and work
-    for result in (grad_field, grad_theta) if not smooth else ():
-        if result is not None:
-            result.zero_()
-    if grad_input is not None and not work:
-        grad_input.zero_()
-        grad_input = None
-    run_field = grad_field is not None and smooth
-    run_theta = grad_theta is not None and smooth
-    if not (grad_input is not None or run_field or run_theta):
-        return
-    results = tuple(t for t in (grad_input, grad_field) if t is not None)
-    sizes, compute, consts = _setup(input, coords, mode, padding_mode, align_corners,
-                                    (grad_output, *results),
-                                    (3 * points, _cells(N, D, H, W, mode) + 1, input.numel()))
-    block_p, _ = _tile_of(input)
-    # the kernels store a field's gradient densely
-    field_target = (None if not run_field else grad_field if grad_field.is_contiguous()
-                    else torch.empty(grad_field.shape, dtype=grad_field.dtype,
-                                     device=grad_field.device))
-    sinks: dict[str, Any] = dict(
-        grad_field=field_target,
-        partials=(torch.empty((programs(N, Do * Ho * Wo, block_p)[0], 12), dtype=compute,
-                              device=input.device) if run_theta else None))
-    if grad_input is None:
-        _points_pass(grad_output, input, coords, sizes, consts, **sinks)
-    elif deterministic:
-        _gathered_input_grad(grad_output, input, coords, sinks, sizes, compute, consts,
-                             grad_input)
-    else:
-        _scattered_input_grad(grad_output, input, coords, sinks, sizes, compute, consts,
-                              grad_input)
-    if field_target is not None and field_target is not grad_field:
-        grad_field.copy_(field_target)
-    if run_theta:  # the blocks' sums, batch by batch, in block order
-        grad_theta.copy_(sinks["partials"].view(N, -1, 3, 4).to(torch.float64).sum(1))
+class BackwardLaunch:
+    """The backward's launches (of grid sampling and of warps) worked out for operands and
+    results like these: which run (the points pass alone, with the atomic scatter, or with
+    the keys, the sort and the deterministic gather), their constexprs, tiles and launch
+    grids, the scratch each call allocates, and which results are only zeroed (a
+    coordinate gradient of nearest, anything of a call with no point or no channel)."""
 
+    __slots__ = ("zero_input", "zero_coords", "run_input", "run_field", "run_theta",
+                 "stage_field", "deterministic", "sizes", "compute", "consts", "points",
+                 "partials", "cells", "key_dtype", "gather")
 
-def _points_pass(grad_output, input, coords, sizes, consts, grad_field=None, partials=None,
-                 gin=None, keys=None, coords_out=None, go_offsets=None):
-    """Launch ``_backward_points_kernel`` for the outputs given (None: not wanted)."""
-    N, C, D, H, W, S, Do, Ho, Wo = sizes
-    unused = grad_output.new_empty(0)  # stands for the pointers of outputs not wanted
-    block_p, block_c = _tile_of(input)
-    _backward_points_kernel[programs(N, S, block_p)](
-        grad_output, input, *coords.args(unused)[:3], _or(grad_field, unused),
-        _or(partials, unused), _or(gin, unused), _or(keys, unused), _or(coords_out, unused),
-        _or(go_offsets, unused), C, D, H, W, S, Do, Ho, Wo, _cells(N, D, H, W, consts["MODE"]),
-        *grad_output.stride(), *input.stride(), *coords.args(unused)[3:],
-        *(gin.stride() if gin is not None else (0,) * 5), **consts,
-        FIELD_GRAD=grad_field is not None, THETA_GRAD=partials is not None,
-        SCATTER=gin is not None, KEYS=keys is not None,
-        BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+    def __init__(self, grad_output, input, coords: Coordinates, mode: int, padding_mode: int,
+                 align_corners: bool, grad_input, grad_field, grad_theta,
+                 deterministic: bool) -> None:
+        N, C, D, H, W = input.shape
+        Do, Ho, Wo = coords.spatial
+        points = N * Do * Ho * Wo
+        work = points * C > 0
+        smooth = mode != NEAREST and work
+        self.zero_coords = not smooth
+        self.zero_input = not work
+        self.run_input = grad_input is not None and work
+        self.run_field = grad_field is not None and smooth
+        self.run_theta = grad_theta is not None and smooth
+        self.deterministic = deterministic
+        if not (self.run_input or self.run_field or self.run_theta):
+            return
+        results = tuple(t for t in (grad_input, grad_field) if t is not None)
+        cells = _cells(N, D, H, W, mode)
+        self.sizes, self.compute, consts = _setup(input, coords, mode, padding_mode,
+                                                  align_corners, (grad_output, *results),
+                                                  (3 * points, cells + 1, input.numel()))
+        block_p, block_c = _tile_of(input)
+        self.consts = dict(consts, BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+        self.points = programs(N, Do * Ho * Wo, block_p)
+        self.cells = cells
+        # the kernels store a field's gradient densely
+        self.stage_field = self.run_field and not grad_field.is_contiguous()
+        self.partials = (self.points[0], 12) if self.run_theta else None
+        self.key_dtype = torch.int64 if consts["INDEX"] == tl.int64 else torch.int32
+        if self.run_input and deterministic:
+            target, strides = writable_volume(grad_input)
+            # a voxel's channels share its walk over the points
+            block_p, block_c = tile(C, 32, 512)
+            chunks = triton.cdiv(C, block_c)
+            self.gather = (target is grad_input, programs(N, D * H * W, block_p, chunks),
+                           (C, D, H, W, D * H * W, chunks, grad_output.stride(1), *strides),
+                           dict(TAPS=consts["TAPS"], COMPUTE=consts["COMPUTE"],
+                                INDEX=consts["INDEX"], BLOCK_P=block_p, BLOCK_C=block_c))
 
+    def run(self, grad_output, input, coords: Coordinates, grad_input, grad_field,
+            grad_theta) -> None:
+        """The gradients of sampling ``input`` where ``coords`` says into ``grad_input``,
+        ``grad_field`` (the field's shape, ``coords.dtype``; scaled as the field is) and
+        ``grad_theta`` ((N, 3, 4), ``coords.dtype``: summed per block of points and then
+        over the blocks in float64, in a fixed order), each written whole, None where not
+        wanted. The last two are exactly 0 for nearest."""
+        for result in (grad_field, grad_theta) if self.zero_coords else ():
+            if result is not None:
+                result.zero_()
+        if grad_input is not None and self.zero_input:
+            grad_input.zero_()
+        if not (self.run_input or self.run_field or self.run_theta):
+            return
+        device = input.device
+        field_target = (None if not self.run_field else grad_field if not self.stage_field
+                        else torch.empty(grad_field.shape, dtype=grad_field.dtype, device=device))
+        sinks: dict[str, Any] = dict(
+            grad_field=field_target,
+            partials=(None if self.partials is None
+                      else torch.empty(self.partials, dtype=self.compute, device=device)))
+        if not self.run_input:
+            self._points_pass(grad_output, input, coords, **sinks)
+        elif self.deterministic:
+            self._gathered_input_grad(grad_output, input, coords, sinks, grad_input)
+        else:
+            self._scattered_input_grad(grad_output, input, coords, sinks, grad_input)
+        if field_target is not None and field_target is not grad_field:
+            grad_field.copy_(field_target)
+        if self.run_theta:  # the blocks' sums, batch by batch, in block order
+            grad_theta.copy_(sinks["partials"].view(self.sizes[0], -1, 3, 4)
+                             .to(torch.float64).sum(1))
 
-def _or(t, default):
-    return default if t is None else t
+    def _points_pass(self, grad_output, input, coords, grad_field=None, partials=None,
+                     gin=None, keys=None, coords_out=None, go_offsets=None):
+        """Launch ``_backward_points_kernel`` for the outputs given (None: not wanted)."""
+        N, C, D, H, W, S, Do, Ho, Wo = self.sizes
+        unused = grad_output.new_empty(0)  # stands for the pointers of outputs not wanted
+        _backward_points_kernel[self.points](
+            grad_output, input, *coords.args(unused)[:3], or_unused(grad_field, unused),
+            or_unused(partials, unused), or_unused(gin, unused), or_unused(keys, unused), or_unused(coords_out, unused),
+            or_unused(go_offsets, unused), C, D, H, W, S, Do, Ho, Wo, self.cells,
+            *grad_output.stride(), *input.stride(), *coords.args(unused)[3:],
+            *(gin.stride() if gin is not None else (0,) * 5), **self.consts,
+            FIELD_GRAD=grad_field is not None, THETA_GRAD=partials is not None,
+            SCATTER=gin is not None, KEYS=keys is not None)
 
+    def _scattered_input_grad(self, grad_output, input, coords, sinks, grad_input):
+        """grad_input by atomic adds (at any strides), through a compute-dtype buffer
+        rounded once at the end where grad_input is 16-bit."""
+        acc = (grad_input.zero_() if grad_input.dtype == self.compute
+               else new_volume(input.shape, self.compute, input, zero=True))
+        self._points_pass(grad_output, input, coords, gin=acc, **sinks)
+        written(acc, grad_input)
 
-def _scattered_input_grad(grad_output, input, coords, sinks, sizes, compute, consts,
-                          grad_input):
-    """grad_input by atomic adds (at any strides), through a ``compute``-dtype buffer
-    rounded once at the end where grad_input is 16-bit."""
-    acc = (grad_input.zero_() if grad_input.dtype == compute
-           else new_volume(input.shape, compute, input, zero=True))
-    _points_pass(grad_output, input, coords, sizes, consts, gin=acc, **sinks)
-    written(acc, grad_input)
-
-
-def _gathered_input_grad(grad_output, input, coords, sinks, sizes, compute, consts,
-                         grad_input):
-    """grad_input by the deterministic gather (see the module docstring)."""
-    N, C, D, H, W, S, Do, Ho, Wo = sizes
-    cells = _cells(N, D, H, W, consts["MODE"])
-    device = input.device
-    key_dtype = torch.int64 if consts["INDEX"] == tl.int64 else torch.int32
-    keys = torch.empty(N * S, dtype=key_dtype, device=device)
-    go_offsets = torch.empty(N * S, dtype=key_dtype, device=device)
-    voxel_coords = torch.empty(_window_values(consts["MODE"]) * N * S, dtype=compute,
-                               device=device)
-    _points_pass(grad_output, input, coords, sizes, consts, keys=keys, coords_out=voxel_coords,
-                 go_offsets=go_offsets, **sinks)
-    sorted_keys, order = torch.sort(keys, stable=True)
-    cell_ids = torch.arange(cells + 1, dtype=key_dtype, device=device)
-    starts = torch.searchsorted(sorted_keys, cell_ids, out_int32=key_dtype == torch.int32)
-    target, strides = writable_volume(grad_input)
-    block_p, block_c = tile(C, 32, 512)  # a voxel's channels share its walk over the points
-    chunks = triton.cdiv(C, block_c)
-    # 8 warps, 2 values a thread: at 4 (4 warps), ptxas spills a value live across the
-    # cells (8 bytes, sm_80, at (256, 2) and the cubic modes' (128, 4))
-    _gather_input_grad_kernel[programs(N, D * H * W, block_p, chunks)](
-        grad_output, target, order, voxel_coords, go_offsets, starts, C, D, H, W, D * H * W,
-        chunks, grad_output.stride(1), *strides, TAPS=consts["TAPS"],
-        COMPUTE=consts["COMPUTE"], INDEX=consts["INDEX"], BLOCK_P=block_p, BLOCK_C=block_c,
-        num_warps=8, **LAUNCH)
-    written(target, grad_input)
+    def _gathered_input_grad(self, grad_output, input, coords, sinks, grad_input):
+        """grad_input by the deterministic gather (see the module docstring)."""
+        device = input.device
+        count = self.sizes[0] * self.sizes[5]  # N * S points
+        keys = torch.empty(count, dtype=self.key_dtype, device=device)
+        go_offsets = torch.empty(count, dtype=self.key_dtype, device=device)
+        voxel_coords = torch.empty(_window_values(self.consts["MODE"]) * count,
+                                   dtype=self.compute, device=device)
+        self._points_pass(grad_output, input, coords, keys=keys, coords_out=voxel_coords,
+                          go_offsets=go_offsets, **sinks)
+        sorted_keys, order = torch.sort(keys, stable=True)
+        cell_ids = torch.arange(self.cells + 1, dtype=self.key_dtype, device=device)
+        starts = torch.searchsorted(sorted_keys, cell_ids,
+                                    out_int32=self.key_dtype == torch.int32)
+        dense, launch, ints, consts = self.gather
+        target = grad_input if dense else new_volume(grad_input.shape, grad_input.dtype,
+                                                     grad_input)
+        # 8 warps, 2 values a thread: at 4 (4 warps), ptxas spills a value live across the
+        # cells (8 bytes, sm_80, at (256, 2) and the cubic modes' (128, 4))
+        _gather_input_grad_kernel[launch](
+            grad_output, target, order, voxel_coords, go_offsets, starts, *ints, **consts,
+            num_warps=8, **LAUNCH)
+        written(target, grad_input)
 
 
 def workspace_nbytes(call, deterministic: bool = True) -> int:

@@ -26,8 +26,8 @@ import triton.language as tl
 
 from .._upsample_maps import axis_map
 from . import (LAUNCH, block_of_points, compute_dtype, index_dtype, is_channels_last,
-               new_volume, on_device_of, point_strides, programs, split_spatial, tile,
-               tl_dtype, writable_volume, written)
+               memory_format, new_volume, on_device_of, point_strides, programs,
+               split_spatial, tile, tl_dtype, writable_volume, written)
 
 _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 
@@ -174,57 +174,116 @@ def _adjoint_pass_kernel(src, dst, starts, index, weight,
              mask=mask)
 
 
+class PreparedUpsample:
+    """An upsampling call prepared (``prepare``) for a source and a destination of the same
+    shapes, strides, dtypes and device, as the C++ core's: the per-axis tables on the
+    device, and each pass's launch grid, integer arguments, constexprs and tile, worked
+    out once. Prepared for one map (``prepare_forward``'s, source the input, or
+    ``prepare_backward``'s adjoint, source grad_output), it runs that map, whether asked
+    through ``forward_on`` or ``backward_on`` (the C++ core's object runs both)."""
+
+    __slots__ = ("dense", "compute", "passes")
+
+    def __init__(self, call, src, dst, backward: bool) -> None:
+        self.compute = compute_dtype(src.dtype)
+        target, strides = writable_volume(dst)
+        self.dense = target is dst  # else computed into a dense copy
+        sizes_in, sizes_out = ((call.input_shape, src.shape) if backward
+                               else (src.shape, call.output_shape))
+        maps = _matrices(sizes_in[2:], sizes_out[2:], call.align_corners, call.scales,
+                         self.compute, src.device, transposed=backward)
+        self.passes = (_adjoint_passes(src, target, maps, call.input_shape, self.compute)
+                       if backward else [_forward_pass(src, target, strides, maps, self.compute)])
+
+    def forward_on(self, src, dst) -> None:
+        target = dst if self.dense else new_volume(dst.shape, dst.dtype, dst)
+        first = src
+        with on_device_of(src):
+            for kernel, launch, tables, ints, consts, scratch in self.passes:
+                out = target if scratch is None else new_volume(scratch, self.compute, first)
+                kernel[launch](src, out, *tables, *ints, **consts)
+                src = out
+        written(target, dst)
+
+    backward_on = forward_on  # (the map prepared)
+
+
+def preparable(*tensors) -> bool:
+    """Whether a call on tensors like these may be prepared: always (the launchers take any
+    strides, and stage a result they cannot write as it is)."""
+    return True
+
+
+def prepare(call, src, dst) -> PreparedUpsample | None:
+    """The call's forward (``src`` the input, ``dst`` the output) prepared for tensors of
+    these shapes, strides, dtypes and device; None for a call that copies or has nothing
+    to compute."""
+    if dst.numel() == 0 or call.identity:
+        return None
+    return PreparedUpsample(call, src, dst, backward=False)
+
+
+prepare_forward = prepare
+
+
+def prepare_backward(call, src, dst) -> PreparedUpsample | None:
+    """The call's backward (``src`` grad_output, ``dst`` grad_input), as ``prepare``."""
+    if dst.numel() == 0 or call.identity:
+        return None
+    return PreparedUpsample(call, src, dst, backward=True)
+
+
 def forward(call, input, out) -> None:
     """Trilinear resize of ``input`` (N, C, Di, Hi, Wi) into ``out`` (N, C, Do, Ho, Wo, the
     input's dtype) as the checked ``call`` (a ``_calls.Upsample``) says: SPEC §3.
     ``call.scales`` holds the per-axis scale factors (D, H, W), None where the sizes
     define the ratio."""
-    N, C, Do, Ho, Wo = call.output_shape
-    identity = [a == b for a, b in zip(call.input_shape[2:], (Do, Ho, Wo))]
-    if out.numel() == 0:
-        return
-    if all(identity):
-        out.copy_(input)
-        return
-    compute = compute_dtype(input.dtype)
-    target, strides = writable_volume(out)
-    with on_device_of(input):
-        maps = _matrices(call.input_shape[2:], (Do, Ho, Wo), call.align_corners, call.scales,
-                         compute, input.device, transposed=False)
-        unused = (out.new_empty(0, dtype=torch.int64), out.new_empty(0, dtype=compute))
-        tables = [t for m in maps for t in (unused if m is None else m[1:])]
-        S = Do * Ho * Wo
-        block_p, block_c = tile(C, 32, 256) if is_channels_last(input) else (256, 1)
-        _forward_kernel[programs(N, S, block_p)](
-            input, target, *tables, C, S, Ho, Wo, *input.stride(), *strides,
-            ID_D=identity[0], ID_H=identity[1], ID_W=identity[2], COMPUTE=tl_dtype(compute),
-            INDEX=index_dtype(input, target), BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
-    written(target, out)
+    _run(prepare_forward(call, input, out), input, out)
 
 
 def backward(call, grad_output, grad_input) -> None:
     """The gradient of ``forward`` with respect to its input, into ``grad_input``
     (``call.input_shape``, grad_output's dtype): SPEC §3. A gather, no atomics: bitwise
     reproducible, whatever ``volsample.set_deterministic`` says."""
-    input_size = call.input_shape
-    if grad_input.numel() == 0:
-        return
-    if grad_input.shape == grad_output.shape:
-        grad_input.copy_(grad_output)
-        return
-    compute = compute_dtype(grad_output.dtype)
-    target, _ = writable_volume(grad_input)
-    with on_device_of(grad_output):
-        maps = _matrices(input_size[2:], grad_output.shape[2:], call.align_corners,
-                         call.scales, compute, grad_output.device, transposed=True)
-        src = grad_output
-        passes = [axis for axis in (4, 3, 2) if maps[axis - 2] is not None]
-        for axis in passes:
-            dst = target if axis == passes[-1] else new_volume(
-                _pass_shape(src.shape, axis, input_size), compute, grad_output)
-            _adjoint_pass(src, dst, axis, maps[axis - 2])
-            src = dst
-    written(target, grad_input)
+    _run(prepare_backward(call, grad_output, grad_input), grad_output, grad_input)
+
+
+def _run(prepared, src, dst) -> None:
+    if prepared is not None:
+        prepared.forward_on(src, dst)
+    elif dst.numel():  # a call that keeps every size: a copy
+        dst.copy_(src)
+
+
+def _forward_pass(src, target, strides, maps, compute):
+    """The forward's launch: (kernel, launch grid, tables, integer arguments, constexprs,
+    None: it writes the result)."""
+    N, C, Do, Ho, Wo = target.shape
+    unused = (src.new_empty(0, dtype=torch.int64), src.new_empty(0, dtype=compute))
+    tables = [t for m in maps for t in (unused if m is None else m[1:])]
+    S = Do * Ho * Wo
+    block_p, block_c = tile(C, 32, 256) if is_channels_last(src) else (256, 1)
+    consts = dict(ID_D=maps[0] is None, ID_H=maps[1] is None, ID_W=maps[2] is None,
+                  COMPUTE=tl_dtype(compute), INDEX=index_dtype(src, target),
+                  BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+    return (_forward_kernel, programs(N, S, block_p), tables,
+            (C, S, Ho, Wo, *src.stride(), *strides), consts, None)
+
+
+def _adjoint_passes(src, target, maps, input_size, compute):
+    """The backward's launches, one 1-D adjoint pass per resized axis (W, H, then D), each
+    as ``_forward_pass``'s, with the shape of the compute-dtype volume it writes (None: the
+    last, into the result). The intermediates' strides are read from stand-ins on the meta
+    device (the volumes a run allocates have the same)."""
+    axes = [axis for axis in (4, 3, 2) if maps[axis - 2] is not None]
+    passes = []
+    for axis in axes:
+        shape = None if axis == axes[-1] else _pass_shape(src.shape, axis, input_size)
+        dst = target if shape is None else torch.empty(
+            shape, dtype=compute, device="meta", memory_format=memory_format(src))
+        passes.append(_adjoint_pass(src, dst, axis, maps[axis - 2]) + (shape,))
+        src = dst
+    return passes
 
 
 def _pass_shape(shape, axis, input_size):
@@ -259,13 +318,14 @@ def workspace_nbytes(call, backward: bool, result=None) -> int:
 
 
 def _adjoint_pass(src, dst, axis, matrix):
-    """Launch ``_adjoint_pass_kernel``: dst = M^T src along ``axis``."""
+    """The launch of ``_adjoint_pass_kernel``, dst = M^T src along ``axis``: (kernel,
+    launch grid, tables, integer arguments, constexprs)."""
     N, C, D, H, W = dst.shape
     S = D * H * W
     block_p, block_c = tile(C, 32, 512) if is_channels_last(dst) else (512, 1)
     chunks = triton.cdiv(C, block_c)
-    _, strides = writable_volume(dst)  # dst is: the result, or a new volume
-    _adjoint_pass_kernel[programs(N, S, block_p, chunks)](
-        src, dst, *matrix, C, S, H, W, chunks, *src.stride(), *strides,
-        AXIS=axis, COMPUTE=tl_dtype(compute_dtype(src.dtype, dst.dtype)),
-        INDEX=index_dtype(src, dst), BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+    strides = point_strides(dst)  # dst is: the result (as the kernels write it), or dense
+    consts = dict(AXIS=axis, COMPUTE=tl_dtype(compute_dtype(src.dtype, dst.dtype)),
+                  INDEX=index_dtype(src, dst), BLOCK_P=block_p, BLOCK_C=block_c, **LAUNCH)
+    return (_adjoint_pass_kernel, programs(N, S, block_p, chunks), matrix,
+            (C, S, H, W, chunks, *src.stride(), *strides), consts)

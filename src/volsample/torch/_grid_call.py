@@ -15,8 +15,9 @@ from . import _dispatch, _memory, _operands, _wording
 @_operands.cached_description
 @_wording.raises_torch_errors(_wording.GRID_SAMPLER)
 def describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _calls.GridSample:
-    """The forward's checked description (every device, and the fake)."""
-    operands = _operands.operand("input", input), _operands.operand("grid", grid)
+    """The forward's checked description (every device, and the fake): of tensors, as the
+    dispatcher hands them (``grid_sample`` checked its arguments' types)."""
+    operands = _operands.tensor_operand("input", input), _operands.tensor_operand("grid", grid)
     _operands.same_device(input=input, grid=grid)
     mode = MODES.check_code(interpolation_mode, "interpolation_mode")
     padding = PADDINGS.check_code(padding_mode)
@@ -28,8 +29,8 @@ def describe(input, grid, interpolation_mode, padding_mode, align_corners) -> _c
 @_wording.raises_torch_errors(_wording.GRID_SAMPLER)
 def describe_backward(grad_output, input, grid, interpolation_mode, padding_mode,
                        align_corners, output_mask) -> _calls.GridSample:
-    operands = (_operands.operand("grad_output", grad_output), _operands.operand("input", input),
-                _operands.operand("grid", grid))
+    operands = (_operands.tensor_operand("grad_output", grad_output),
+                _operands.tensor_operand("input", input), _operands.tensor_operand("grid", grid))
     _operands.same_device(grad_output=grad_output, input=input, grid=grid)
     mode = MODES.check_code(interpolation_mode, "interpolation_mode")
     padding = PADDINGS.check_code(padding_mode)

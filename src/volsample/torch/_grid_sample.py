@@ -17,11 +17,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _backends, _config, _prepared
+from .. import _config, _prepared
 from .._tables import MODES, PADDINGS
-from . import _dispatch, _grid_call, _grid_jvp, _memory, _operands, _wording
-
-_cpu = _backends.cpu("grid_sample")
+from . import _devices, _dispatch, _grid_call, _grid_jvp, _memory, _operands, _wording
+from ._devices import CPU, CUDA
 
 _FORWARD_SCHEMA = ("(Tensor input, Tensor grid, int interpolation_mode, int padding_mode, "
                    "bool align_corners) -> Tensor")
@@ -37,7 +36,9 @@ class _PreparedForward:
     __slots__ = ("kernel", "out", "modes", "backwards", "__weakref__")
 
     def __init__(self, kernel, out, modes: tuple, backwards: dict):
-        self.kernel = kernel  # _kernels.PreparedGridSample; None: nothing to compute
+        # the backend's PreparedGridSample (the C++ core's, or the Triton kernels'); None:
+        # nothing to compute
+        self.kernel = kernel
         self.out = out  # the result's _memory.allocator
         # (interpolation_mode, padding_mode, align_corners): the kernel's integers
         self.modes = modes
@@ -64,28 +65,34 @@ def _sample(input, grid, prepared: _PreparedForward, out=None) -> torch.Tensor:
     return out
 
 
-def _prepared_forward(input, grid, *modes) -> tuple[_PreparedForward, torch.Tensor | None]:
-    """The prepared kernel of a CPU call: the one of its key, or, the first time, one
-    checked, described and prepared on views of its tensors and of its result, which comes
-    with it then (None after: no second allocation)."""
-    key = ("torch.grid_sampler_3d", *_memory.tensor_key(input), *_memory.tensor_key(grid),
-           *modes, _config.get_num_threads())
+def _prepared_forward(input, grid, *modes, device: _devices.Device = CPU
+                      ) -> tuple[_PreparedForward, torch.Tensor | None]:
+    """The prepared kernel of a call on ``device``'s backend: the one of its key, or, the
+    first time, one checked, described and prepared on its tensors (views of them, for
+    the C++ core) and its result, which comes with it then (None after: no second
+    allocation)."""
+    key = ("torch.grid_sampler_3d", *device.key(input), *device.key(grid), *modes,
+           device.setting())
     prepared = _prepared.find(key)
     if prepared is not None:
         return prepared, None
     call = _grid_call.describe(input, grid, *modes)
     out = _memory.empty_volume(call.output_shape, input)
-    kernel = _cpu.prepare_forward(call, _memory.read_only_array(input),
-                                  _memory.read_only_array(grid), _memory.writable_array(out))
+    kernel = device.backend("grid_sample").prepare_forward(
+        call, device.read(input), device.read(grid), device.write(out))
     return _prepared.remember(key,
                               _PreparedForward(kernel, _memory.allocator(out), modes, {})), out
 
 
 @_dispatch.register_kernel(grid_sampler_3d, "cuda")
 def _grid_sampler_3d_cuda(input, grid, interpolation_mode, padding_mode, align_corners):
-    call = _grid_call.describe(input, grid, interpolation_mode, padding_mode, align_corners)
-    out = _memory.empty_volume(call.output_shape, input)
-    _backends.gpu("grid_sample").forward(call, input, grid, out)
+    """The CPU kernel's way with the Triton backend: its prepared call, run on the tensors."""
+    prepared, out = _prepared_forward(input, grid, interpolation_mode, padding_mode,
+                                      align_corners, device=CUDA)
+    if out is None:
+        out = prepared.out()
+    if prepared.kernel is not None:
+        prepared.kernel.forward_on(input, grid, out)
     return out
 
 
@@ -96,8 +103,8 @@ def _grid_sampler_3d_fake(input, grid, interpolation_mode, padding_mode, align_c
 
 
 class _PreparedBackward(NamedTuple):
-    kernel: Any  # _kernels.PreparedGridSample; None: the general path (a 16-bit grad_input,
-    #              or nothing for the kernel to do)
+    kernel: Any  # the backend's PreparedGridSample; None: the general path (on the C++
+    #              core, a 16-bit grad_input, or nothing for the kernel to do)
     grad_input: Any  # the gradients' _memory.allocator, None where not asked for
     grad_grid: Any
 
@@ -130,9 +137,7 @@ def _run_backward(prepared, gradients, grad_output, input, grid, modes, output_m
                      None if prepared.grad_grid is None else prepared.grad_grid())
     grad_input, grad_grid = gradients
     if prepared.kernel is None:
-        call = _grid_call.describe_backward(grad_output, input, grid, *modes, output_mask)
-        _cpu.backward(call, *map(_memory.read_only_array, (grad_output, input, grid)),
-                      _memory.writable_array(grad_input), _memory.writable_array(grad_grid))
+        _general_backward(grad_output, input, grid, modes, output_mask, gradients, CPU)
     else:
         prepared.kernel.backward(grad_output.const_data_ptr(), input.const_data_ptr(),
                                  grid.const_data_ptr(), _address(grad_input),
@@ -140,19 +145,28 @@ def _run_backward(prepared, gradients, grad_output, input, grid, modes, output_m
     return grad_input, grad_grid
 
 
-def _prepared_backward(grad_output, input, grid, modes, output_mask):
-    """The prepared kernel of a CPU backward and, the first time, the gradients it was
-    prepared on (``_prepared_forward``'s)."""
-    key = ("torch.grid_sampler_3d_backward", *_memory.tensor_key(grad_output),
-           *_memory.tensor_key(input), *_memory.tensor_key(grid), *modes, *output_mask,
-           _config.get_num_threads())
+def _general_backward(grad_output, input, grid, modes, output_mask, gradients, device):
+    """The backward of the backend's ``backward`` (no prepared kernel), into ``gradients``."""
+    call = _grid_call.describe_backward(grad_output, input, grid, *modes, output_mask)
+    device.backend("grid_sample").backward(
+        call, *map(device.read, (grad_output, input, grid)), *map(device.write, gradients),
+        **device.options(device.setting()))
+
+
+def _prepared_backward(grad_output, input, grid, modes, output_mask,
+                       device: _devices.Device = CPU):
+    """The prepared kernel of a backward on ``device``'s backend and, the first time, the
+    gradients it was prepared on (``_prepared_forward``'s)."""
+    key = ("torch.grid_sampler_3d_backward", *device.key(grad_output), *device.key(input),
+           *device.key(grid), *modes, *output_mask, device.setting())
     prepared = _prepared.find(key)
     if prepared is not None:
         return prepared, None
     call = _grid_call.describe_backward(grad_output, input, grid, *modes, output_mask)
     gradients = _grid_call.gradients(call, input, grid)
-    kernel = _cpu.prepare_backward(call, *map(_memory.read_only_array, (grad_output, input, grid)),
-                                   *map(_memory.writable_array, gradients))
+    kernel = device.backend("grid_sample").prepare_backward(
+        call, *map(device.read, (grad_output, input, grid)), *map(device.write, gradients),
+        **device.options(key[-1]))
     allocators = (None if t is None else _memory.allocator(t) for t in gradients)
     prepared = _prepared.remember(key, _PreparedBackward(kernel, *allocators))
     return prepared, gradients
@@ -165,11 +179,17 @@ def _address(t: torch.Tensor | None) -> int:
 @_dispatch.register_kernel(grid_sampler_3d_backward, "cuda")
 def _grid_sampler_3d_backward_cuda(grad_output, input, grid, interpolation_mode, padding_mode,
                                    align_corners, output_mask):
-    call = _grid_call.describe_backward(grad_output, input, grid, interpolation_mode,
-                                        padding_mode, align_corners, output_mask)
-    gradients = _grid_call.gradients(call, input, grid)
-    _backends.gpu("grid_sample").backward(call, grad_output, input, grid, *gradients,
-                                          _config.get_deterministic())
+    """The CPU kernel's way with the Triton backend: its prepared call, run on the tensors."""
+    modes = interpolation_mode, padding_mode, align_corners
+    prepared, gradients = _prepared_backward(grad_output, input, grid, modes, output_mask,
+                                             device=CUDA)
+    if gradients is None:
+        gradients = tuple(None if new is None else new()
+                          for new in (prepared.grad_input, prepared.grad_grid))
+    if prepared.kernel is None:
+        _general_backward(grad_output, input, grid, modes, output_mask, gradients, CUDA)
+    else:
+        prepared.kernel.backward_on(grad_output, input, grid, *gradients)
     return _grid_call.returned(gradients, input, grid)
 
 
@@ -383,8 +403,10 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
     tensor([3.5000])
     """
     key = None
-    # (eager first: torch.compile never traces the lookup, nor guards on the cache)
-    if (align_corners is None or type(align_corners) is bool) and _dispatch.eager(input, grid):
+    # (eager first: torch.compile never traces the lookup, nor guards on the cache; asked
+    # once, for the lookup and for the first call's way alike)
+    eager = _dispatch.eager(input, grid)
+    if eager and (align_corners is None or type(align_corners) is bool):
         try:  # a call met before: its prepared kernel, found with no other check
             key = (_EAGER, input.shape, input.stride(), input.dtype, grid.shape, grid.stride(),
                    grid.dtype, mode, padding_mode, align_corners, _config.get_num_threads())
@@ -400,7 +422,7 @@ def grid_sample(input: torch.Tensor, grid: torch.Tensor, mode: str = "bilinear",
         _operands.tensor("grid", grid)
         modes = (MODES.code(mode), PADDINGS.code(padding_mode),
                  _operands.align_corners(align_corners))
-    if not _dispatch.eager(input, grid):
+    if not eager:
         return _forward(input, grid, *modes)
     prepared, out = _prepared_forward(input, grid, *modes)
     if prepared.kernel is None:  # nothing to compute: the general path

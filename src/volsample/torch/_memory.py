@@ -159,14 +159,14 @@ def _numpy_view(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-# Calls the C++ kernels ran before, prepared: each op's CPU kernel keeps (in the op layer's
-# ``_prepared``), per key of a call's tensors (``tensor_key``), its other arguments and
-# the thread count, the
-# ``_kernels.PreparedGridSample`` (or the like) of its first run and its results' shapes
-# and strides. A repeated call then allocates its results and hands the kernel the
-# tensors' addresses (``const_data_ptr``: copy-on-write inputs stay lazy), with no
-# description, NumPy view or check made again: a call with the same key passes the same
-# checks.
+# Calls a backend ran before, prepared: each op's kernel keeps (in the op layer's
+# ``_prepared``), per key of a call's tensors (``tensor_key``; on CUDA their device too,
+# ``_devices``), its other arguments and the backend's setting, the prepared kernel of its
+# first run (``_kernels.PreparedGridSample`` or the like; the Triton backend's on CUDA)
+# and its results' allocators. A repeated call then allocates its results and hands the
+# kernel the tensors (on the CPU their addresses, ``const_data_ptr``: copy-on-write inputs
+# stay lazy), with no description, NumPy view or check made again: a call with the same
+# key passes the same checks.
 
 
 def tensor_key(t: torch.Tensor):
@@ -176,10 +176,13 @@ def tensor_key(t: torch.Tensor):
 
 
 def allocator(t: torch.Tensor):
-    """A function of no arguments that allocates an uninitialised CPU tensor of ``t``'s
-    shape, strides and dtype (advised onto huge pages where ``huge_pages`` would, in the
-    result cache where ``empty_volume`` would): a prepared call's result, allocated with
-    nothing worked out again."""
+    """A function of no arguments that allocates an uninitialised tensor of ``t``'s shape,
+    strides, dtype and device (a CPU one advised onto huge pages where ``huge_pages``
+    would, in the result cache where ``empty_volume`` would): a prepared call's result,
+    allocated with nothing worked out again."""
+    if not t.is_cpu:  # (a CPU one on the default device: no argument to parse each call)
+        return functools.partial(torch.empty_strided, tuple(t.shape), t.stride(),
+                                 dtype=t.dtype, device=t.device)
     new = functools.partial(torch.empty_strided, tuple(t.shape), t.stride(), dtype=t.dtype)
     if _cacheable(t, t.shape, t.dtype):
         cached = functools.partial(_cached_empty, tuple(t.shape), t.stride(), t.dtype)

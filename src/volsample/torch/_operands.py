@@ -35,18 +35,33 @@ def tensor(name: str, value) -> torch.Tensor:
 
 
 def operand(name: str, value) -> _calls.Operand:
-    """A tensor argument as the op layer takes it: its logical shape and its dtype as
-    NumPy's (the op layer's rules judge both)."""
+    """An argument a front door was handed, as the op layer takes it (``tensor_operand``),
+    once it is a tensor."""
     if not isinstance(value, torch.Tensor):
         raise _checks.UnsupportedDTypeError(
             f"{name}: expected a torch.Tensor, got {type(value).__name__}",
             argument=name, kind="type", value=value)
+    # (tensor_operand's lines, not a call of it: the doors' repeated calls pay no frame)
     dtype = numpy_dtype(value.dtype)
-    if dtype is None:  # no NumPy twin (complex32, quantized, ...): unsupported anyway
-        raise _checks.UnsupportedDTypeError(
-            f"{name}: expected dtype {_DTYPE_NAMES}, got {value.dtype}",
-            argument=name, kind="dtype", value=value.dtype)
+    if dtype is None:
+        raise _no_numpy_twin(name, value)
     return _calls.Operand(name, tuple(value.shape), dtype)
+
+
+def tensor_operand(name: str, value: torch.Tensor) -> _calls.Operand:
+    """A tensor as the op layer takes it: its logical shape and its dtype as NumPy's (the
+    op layer's rules judge both). The ops' descriptions take their tensors so: the
+    dispatcher hands an op tensors, and a front door checked its arguments' types."""
+    dtype = numpy_dtype(value.dtype)
+    if dtype is None:
+        raise _no_numpy_twin(name, value)
+    return _calls.Operand(name, tuple(value.shape), dtype)
+
+
+def _no_numpy_twin(name: str, value: torch.Tensor) -> _checks.UnsupportedDTypeError:
+    """A dtype without a NumPy twin (complex32, quantized, ...): unsupported anyway."""
+    return _checks.UnsupportedDTypeError(f"{name}: expected dtype {_DTYPE_NAMES}, got {value.dtype}",
+                                         argument=name, kind="dtype", value=value.dtype)
 
 
 def same_device(**tensors: torch.Tensor) -> None:

@@ -16,11 +16,10 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _backends, _calls, _config, _prepared
+from .. import _calls, _prepared
 from .._torch_formats import memory_format
-from . import _dispatch, _memory, _operands, _wording
-
-_cpu = _backends.cpu("upsample")
+from . import _devices, _dispatch, _memory, _operands, _wording
+from ._devices import CPU, CUDA
 
 _FORWARD_SCHEMA = ("(Tensor input, SymInt[3] output_size, bool align_corners, "
                    "float[]? scales=None) -> Tensor")
@@ -55,7 +54,8 @@ def _describe_backward(grad_output, input_size, align_corners, scales) -> _calls
 
 
 class _Prepared(NamedTuple):
-    kernel: Any  # _kernels.PreparedUpsample; None: the general path (a copy, or nothing)
+    kernel: Any  # the backend's PreparedUpsample; None: the general path (a copy, nothing
+    #              to compute, or planes the C++ kernels cannot write)
     result: Any  # the result's _memory.allocator
 
 
@@ -67,38 +67,40 @@ def upsample_trilinear3d(input, output_size, align_corners, scales=None):
     return _resample(False, input, output_size, align_corners, scales)
 
 
-def _resample(backward: bool, src, size, align_corners, scales):
-    """The CPU kernel of the forward (``src`` the input, ``size`` the output's) or of the
-    backward (``src`` grad_output, ``size`` the input's), prepared once per key (kept in
-    ``_prepared``)."""
+def _resample(backward: bool, src, size, align_corners, scales,
+              device: _devices.Device = CPU):
+    """The kernel of the forward (``src`` the input, ``size`` the output's) or of the
+    backward (``src`` grad_output, ``size`` the input's) on ``device``'s backend, prepared
+    once per key (kept in ``_prepared``)."""
     key = ("torch.upsample_trilinear3d_backward" if backward else "torch.upsample_trilinear3d",
-           _memory.tensor_key(src), *size, align_corners,
-           None if scales is None else tuple(scales), _config.get_num_threads())
+           device.key(src), *size, align_corners,
+           None if scales is None else tuple(scales), device.setting())
     prepared = _prepared.find(key)
     if prepared is None or prepared.kernel is None:
         call = (_describe_backward if backward else _describe)(src, size, align_corners, scales)
         dst = _memory.empty_volume(call.input_shape if backward else call.output_shape, src)
-        arrays = _memory.read_only_array(src), _memory.writable_array(dst)
+        operands = device.read(src), device.write(dst)
+        backend = device.backend("upsample")
         if prepared is None:
             prepared = _prepared.remember(key, _Prepared(
-                (_cpu.prepare_backward if backward else _cpu.prepare_forward)(call, *arrays),
-                _memory.allocator(dst)))
+                (backend.prepare_backward if backward else backend.prepare_forward)(
+                    call, *operands), _memory.allocator(dst)))
         if prepared.kernel is None:
-            (_cpu.backward if backward else _cpu.forward)(call, *arrays)
+            (backend.backward if backward else backend.forward)(call, *operands)
             return dst
     else:
         dst = prepared.result()
-    run = prepared.kernel.backward if backward else prepared.kernel.forward
-    run(src.const_data_ptr(), dst.data_ptr())
+    kernel = prepared.kernel
+    if device is CPU:  # the C++ core takes the tensors' memory, the Triton kernels them
+        (kernel.backward if backward else kernel.forward)(src.const_data_ptr(), dst.data_ptr())
+    else:
+        (kernel.backward_on if backward else kernel.forward_on)(src, dst)
     return dst
 
 
 @_dispatch.register_kernel(upsample_trilinear3d, "cuda")
 def _upsample_trilinear3d_cuda(input, output_size, align_corners, scales=None):
-    call = _describe(input, output_size, align_corners, scales)
-    out = _memory.empty_volume(call.output_shape, input)
-    _backends.gpu("upsample").forward(call, input, out)
-    return out
+    return _resample(False, input, output_size, align_corners, scales, CUDA)
 
 
 @_dispatch.register_fake(upsample_trilinear3d)
@@ -119,10 +121,7 @@ def upsample_trilinear3d_backward(grad_output, input_size, align_corners, scales
 
 @_dispatch.register_kernel(upsample_trilinear3d_backward, "cuda")
 def _upsample_trilinear3d_backward_cuda(grad_output, input_size, align_corners, scales=None):
-    call = _describe_backward(grad_output, input_size, align_corners, scales)
-    grad_input = _memory.empty_volume(call.input_shape, grad_output)
-    _backends.gpu("upsample").backward(call, grad_output, grad_input)
-    return grad_input
+    return _resample(True, grad_output, input_size, align_corners, scales, CUDA)
 
 
 @_dispatch.register_fake(upsample_trilinear3d_backward)

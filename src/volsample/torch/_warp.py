@@ -18,14 +18,13 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _backends, _calls, _config, _coords, _prepared
+from .. import _calls, _coords, _prepared
 from .._tables import MODES, PADDINGS, UNITS, VOXELS
-from . import _dispatch, _memory, _operands, _wording
+from . import _devices, _dispatch, _memory, _operands, _wording
 from . import _grid_jvp, _grid_sample
+from ._devices import CPU, CUDA
 from ._warp_call import describe as _describe, describe_backward as _describe_backward
-from ._warp_call import gradients as _gradients, read as _read
-
-_cpu = _backends.cpu("warp")
+from ._warp_call import gradients as _gradients
 
 _FORWARD_SCHEMA = ("(Tensor input, Tensor? theta, Tensor? displacement, SymInt[3] size, "
                    "int interpolation_mode, int padding_mode, bool align_corners, "
@@ -41,38 +40,38 @@ def _returned(gradients, input):
 
 
 class _Prepared(NamedTuple):
-    """What a CPU call of a key keeps (as grid sampling's prepared calls): its checked
-    description, its kernel arguments (``_cpu.warp.PreparedWarp``; None: the general
-    path, for bfloat16 views, a 16-bit grad_input or nothing to compute) and its results'
-    ``_memory.allocator``s, None for one not asked for."""
+    """What a call of a key keeps (as grid sampling's prepared calls): its checked
+    description, its backend's prepared kernel (``PreparedWarp``, the C++ core's or the
+    Triton kernels'; None: the general path, for bfloat16 views, a 16-bit grad_input on
+    the C++ core, or nothing to compute) and its results' ``_memory.allocator``s, None for
+    one not asked for."""
     call: _calls.Warp
     kernel: Any
     results: tuple
 
 
-def _key(site, *parts):
-    """A CPU call's key in ``_prepared``: its op, its tensors' ``_memory.tensor_key`` (None
-    for an absent one), its other arguments and the thread count."""
-    return (site, *(None if p is None else _memory.tensor_key(p)
-                    if isinstance(p, torch.Tensor) else p for p in parts),
-            _config.get_num_threads())
+def _key(site, device: _devices.Device, *parts):
+    """A call's key in ``_prepared``: its op, its tensors' ``device.key`` (None for an
+    absent one), its other arguments and the backend's setting."""
+    return (site, *(None if p is None else device.key(p)
+                    if isinstance(p, torch.Tensor) else p for p in parts), device.setting())
 
 
 def _kept(key, call, kernel, results) -> _Prepared:
-    """The first CPU call of ``key``, remembered with its kernel (``_cpu.warp``'s
-    ``prepare_forward`` or ``prepare_backward`` of its arrays) and its result tensors
+    """The first call of ``key``, remembered with its kernel (the backend's
+    ``prepare_forward`` or ``prepare_backward`` of its operands) and its result tensors
     (None where not asked for)."""
     return _prepared.remember(key, _Prepared(call, kernel, tuple(
         None if t is None else _memory.allocator(t) for t in results)))
 
 
-@_dispatch.custom_op("warp_3d", _FORWARD_SCHEMA)
-def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
-            displacement_units):
+def _warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, align_corners,
+             displacement_units, device: _devices.Device = CPU):
     """``input`` (N, C, D, H, W) sampled at ``affine_grid(theta, size) + displacement``
     (theta (N, 3, 4) or None: the identity; displacement (N, *size, 3) or None: 0),
-    giving (N, C, *size) in the input's dtype and memory format; the grid is never stored."""
-    key = _key("torch.warp_3d", input, theta, displacement, *size, interpolation_mode,
+    giving (N, C, *size) in the input's dtype and memory format; the grid is never stored.
+    The op's CPU kernel, and with ``device=CUDA`` its CUDA kernel."""
+    key = _key("torch.warp_3d", device, input, theta, displacement, *size, interpolation_mode,
                padding_mode, align_corners, displacement_units)
     prepared = _prepared.find(key)
     if prepared is None:
@@ -81,24 +80,24 @@ def warp_3d(input, theta, displacement, size, interpolation_mode, padding_mode, 
         out = _memory.empty_volume(call.output_shape, input)
     else:
         call, out = prepared.call, prepared.results[0]()
-    arrays = _read(input), _read(theta), _read(displacement), _memory.writable_array(out)
+    read = device.read
+    operands = read(input), read(theta), read(displacement), device.write(out)
     if prepared is None:
-        prepared = _kept(key, call, _cpu.prepare_forward(call, *arrays), (out,))
+        prepared = _kept(key, call, device.backend("warp").prepare_forward(call, *operands),
+                         (out,))
     if prepared.kernel is None:
-        _cpu.forward(call, *arrays)
+        device.backend("warp").forward(call, *operands)
     else:
-        prepared.kernel.forward_on(*arrays)
+        prepared.kernel.forward_on(*operands)
     return out
+
+
+warp_3d = _dispatch.custom_op("warp_3d", _FORWARD_SCHEMA)(_warp_3d)
 
 
 @_dispatch.register_kernel(warp_3d, "cuda")
-def _warp_3d_cuda(input, theta, displacement, size, interpolation_mode, padding_mode,
-                  align_corners, displacement_units):
-    call = _describe(input, theta, displacement, size, interpolation_mode, padding_mode,
-                     align_corners, displacement_units)
-    out = _memory.empty_volume(call.output_shape, input)
-    _backends.gpu("warp").forward(call, input, theta, displacement, out)
-    return out
+def _warp_3d_cuda(*args):
+    return _warp_3d(*args, device=CUDA)
 
 
 def _symbolic(*shapes) -> bool:
@@ -117,13 +116,14 @@ def _warp_3d_fake(input, theta, displacement, size, interpolation_mode, padding_
     return _memory.empty_volume(call.output_shape, input)
 
 
-@_dispatch.custom_op("warp_3d_backward", _BACKWARD_SCHEMA)
-def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode, padding_mode,
-                     align_corners, displacement_units, output_mask):
+def _warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode,
+                      padding_mode, align_corners, displacement_units, output_mask,
+                      device: _devices.Device = CPU):
     """Gradients (grad_input, grad_theta, grad_displacement) of ``warp_3d``, as
     ``output_mask`` selects them; one not asked for, or of an absent operand, comes back as
-    an empty tensor. No grid-sized array is formed for theta's."""
-    key = _key("torch.warp_3d_backward", grad_output, input, theta, displacement,
+    an empty tensor. No grid-sized array is formed for theta's. The op's CPU kernel, and
+    with ``device=CUDA`` its CUDA kernel."""
+    key = _key("torch.warp_3d_backward", device, grad_output, input, theta, displacement,
                interpolation_mode, padding_mode, align_corners, displacement_units, *output_mask)
     prepared = _prepared.find(key)
     if prepared is None:
@@ -133,26 +133,25 @@ def warp_3d_backward(grad_output, input, theta, displacement, interpolation_mode
     else:
         call = prepared.call
         gradients = tuple(None if new is None else new() for new in prepared.results)
-    arrays = (*map(_read, (grad_output, input, theta, displacement)),
-              *map(_memory.writable_array, gradients))
+    read, write = device.read, device.write
+    operands = (read(grad_output), read(input), read(theta), read(displacement),
+                *map(write, gradients))
     if prepared is None:
-        prepared = _kept(key, call, _cpu.prepare_backward(call, *arrays), gradients)
+        prepared = _kept(key, call, device.backend("warp").prepare_backward(
+            call, *operands, **device.options(key[-1])), gradients)
     if prepared.kernel is None:
-        _cpu.backward(call, *arrays)
+        device.backend("warp").backward(call, *operands, **device.options(key[-1]))
     else:
-        prepared.kernel.backward_on(*arrays)
+        prepared.kernel.backward_on(*operands)
     return _returned(gradients, input)
+
+
+warp_3d_backward = _dispatch.custom_op("warp_3d_backward", _BACKWARD_SCHEMA)(_warp_3d_backward)
 
 
 @_dispatch.register_kernel(warp_3d_backward, "cuda")
-def _warp_3d_backward_cuda(grad_output, input, theta, displacement, interpolation_mode,
-                           padding_mode, align_corners, displacement_units, output_mask):
-    call = _describe_backward(grad_output, input, theta, displacement, interpolation_mode,
-                              padding_mode, align_corners, displacement_units, output_mask)
-    gradients = _gradients(call.output_mask, input, theta, displacement)
-    _backends.gpu("warp").backward(call, grad_output, input, theta, displacement, *gradients,
-                                   _config.get_deterministic())
-    return _returned(gradients, input)
+def _warp_3d_backward_cuda(*args):
+    return _warp_3d_backward(*args, device=CUDA)
 
 
 @_dispatch.register_fake(warp_3d_backward)
