@@ -119,6 +119,7 @@ def test_a_changed_cohort_or_account_changes_the_documents(tmp_path):
 def test_cohort_and_account_records_say_how_they_were_taken(name):
     record = json.loads((ROOT / "benchmarks" / "results" / name).read_text())
     assert record["recorded"] and record["command"].startswith("python benchmarks/")
+    assert not record["quick"]  # the documents quote a full run, not a quick check
     assert set(record["load_average"]) == {"before", "after"}
     assert record["machine"]["cpu"] and record["machine"]["logical_cpus"] >= 1
     if name == "cohort.json":
