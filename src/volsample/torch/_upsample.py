@@ -38,7 +38,7 @@ def _symbolic(sizes) -> bool:
 def _describe(input, output_size, align_corners, scales) -> _calls.Upsample:
     """The forward's checked description (every device, and the fake): ``scales``, if
     given, must be the factors that made ``output_size`` (a scale maps coordinates)."""
-    return _calls.upsample(_operands.operand("input", input), size=list(output_size),
+    return _calls.upsample(_operands.tensor_operand("input", input), size=list(output_size),
                            align_corners=align_corners, layout=_operands.layout(input),
                            scales=scales, size_name="output_size", shape_order="NCDHW",
                            dialect=_operands.TORCH)
@@ -47,7 +47,7 @@ def _describe(input, output_size, align_corners, scales) -> _calls.Upsample:
 @_operands.cached_description
 @_wording.raises_torch_errors(_wording.UPSAMPLE)
 def _describe_backward(grad_output, input_size, align_corners, scales) -> _calls.Upsample:
-    return _calls.upsample_backward(_operands.operand("grad_output", grad_output),
+    return _calls.upsample_backward(_operands.tensor_operand("grad_output", grad_output),
                                     list(input_size), align_corners, scales,
                                     _operands.layout(grad_output), shape_order="NCDHW",
                                     dialect=_operands.TORCH)

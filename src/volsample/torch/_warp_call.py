@@ -10,10 +10,12 @@ from . import _memory, _operands, _wording
 
 
 def _warp_operands(**tensors):
-    """The given tensors as the op layer's operands (None stays None), on one device."""
+    """The given tensors (the ops' and the doors' checked ones) as the op layer's operands
+    (None stays None), on one device."""
     given = {name: t for name, t in tensors.items() if t is not None}
     _operands.same_device(**given)
-    return [None if t is None else _operands.operand(name, t) for name, t in tensors.items()]
+    return [None if t is None else _operands.tensor_operand(name, t)
+            for name, t in tensors.items()]
 
 
 def _codes(interpolation_mode, padding_mode, displacement_units):

@@ -237,6 +237,9 @@ def warp_mse_loss(input: torch.Tensor, target: torch.Tensor, theta: torch.Tensor
     """
     with _wording.torch_errors(_wording.WARP):
         moving, fixed = _operands.operand("input", input), _operands.operand("target", target)
+        for name, t in (("theta", theta), ("displacement", displacement)):
+            if t is not None:
+                _operands.operand(name, t)
         _operands.same_device(input=input, target=target)
         _checks.same_dtype("target", fixed.dtype, "input", moving.dtype, _operands.TORCH.spell)
         if target.dim() != 5 or tuple(target.shape[:2]) != tuple(input.shape[:2]):
