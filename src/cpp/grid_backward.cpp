@@ -512,7 +512,6 @@ struct Backward {
         zeroed = reach;
       }
       source.fill(row, g, work.coords);
-      if (i + 1 < g.rows) source.prefetch(Row(i + 1, g), g);
       if (need_grid && share.owner) sweep(work.both, work.coords, row, share.planes);
       else sweep(work.scatter, work.coords, row, share.planes);
     }

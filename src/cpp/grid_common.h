@@ -213,14 +213,6 @@ struct GridRows {
     if (grid.stride[3] == 3 && grid.stride[4] == 1) split(3, 1);  // a contiguous grid
     else split(grid.stride[3], grid.stride[4]);
   }
-
-  // A hint to fetch a contiguous row's coordinates before fill reads them.
-  void prefetch(const Row& row, const Geometry& g) const {
-    if (grid.stride[3] != 3 || grid.stride[4] != 1) return;
-    const char* p = reinterpret_cast<const char*>(grid.ptr<G>() + row.n * grid.stride[0] +
-                                                  row.d * grid.stride[1] + row.h * grid.stride[2]);
-    for (int64_t b = 0; b < 3 * g.Wo * int64_t(sizeof(G)); b += 64) prefetch_(p + b);
-  }
 };
 
 // Where a point's grid gradient goes: the grad_grid operand, shaped like the grid, of

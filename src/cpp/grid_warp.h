@@ -51,8 +51,6 @@ struct WarpRows {
     for (int k = 0; k < 3; ++k) scale[k] = T(w.scale[k]);
   }
 
-  void prefetch(const Row&, const Geometry&) const {}
-
   void fill(const Row& row, const Geometry& g, RowCoords<T>& r) const {
     for (int k = 0; k < 3; ++k) {  // along a row only bx changes
       const T* t = theta.data() + 12 * row.n + 4 * k;
