@@ -43,7 +43,8 @@ def empty_volume(shape, like: torch.Tensor, dtype=None) -> torch.Tensor:
 def empty_contiguous(like: torch.Tensor) -> torch.Tensor:
     """An uninitialised contiguous tensor of ``like``'s shape, dtype and device."""
     if _cacheable(like, like.shape, like.dtype):
-        cached = _cached_empty(tuple(like.shape), _contiguous_strides(like.shape), like.dtype)
+        stride = torch.empty(like.shape, device="meta").stride()
+        cached = _cached_empty(tuple(like.shape), stride, like.dtype)
         if cached is not None:
             return cached
     return huge_pages(torch.empty_like(like, memory_format=torch.contiguous_format))
@@ -66,14 +67,6 @@ def _cached_empty(shape: tuple, stride: tuple, dtype: torch.dtype) -> torch.Tens
         return None
     storage = torch.from_numpy(_layout.aligned_part(raw, nbytes)).untyped_storage()
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape, stride)
-
-
-def _contiguous_strides(shape) -> tuple[int, ...]:
-    strides, step = [], 1
-    for n in reversed(tuple(shape)):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def huge_pages(t: torch.Tensor) -> torch.Tensor:
@@ -186,11 +179,11 @@ def allocator(t: torch.Tensor):
     new = functools.partial(torch.empty_strided, tuple(t.shape), t.stride(), dtype=t.dtype)
     if _cacheable(t, t.shape, t.dtype):
         cached = functools.partial(_cached_empty, tuple(t.shape), t.stride(), t.dtype)
-        return lambda: _first(cached(), new)
+        return lambda: _cached_or_new(cached(), new)
     if t.numel() * t.element_size() < _HUGE_PAGE_BYTES:
         return new
     return lambda: huge_pages(new())
 
 
-def _first(cached: torch.Tensor | None, new) -> torch.Tensor:
+def _cached_or_new(cached: torch.Tensor | None, new) -> torch.Tensor:
     return huge_pages(new()) if cached is None else cached
