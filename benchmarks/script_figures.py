@@ -51,9 +51,11 @@ _MB = lambda nbytes: f"{nbytes / 1e6:.0f} MB"
 # bytes come from when the operands fit the last-level cache, and when they do not)
 _TRAFFIC = (("the plan: each output row's planes (one parallel read of the grid)", "12", "L3",
              "memory"),
-            ("the grid, read again by the slabs", "12", "L3", "memory"),
+            ("the grid, read again by the slabs (a row fetched while the one before is worked)",
+             "12", "L3", "memory"),
             ("grad_output", "4", "L3", "memory"),
-            ("grad_grid, written (each line allocated first)", "12 + 12", "L3", "memory"),
+            ("grad_grid, written past the caches (8 MB and more: no line read first)", "12",
+             "L3", "memory"),
             ("input: 8 corners a point (32 bytes of loads)", "4 beyond L2", "L2, L3",
              "memory once, then L3 a plane later"),
             ("grad_input: zeroed, then 8 corners added a point", "4 + 8 beyond L2", "L2, L3",

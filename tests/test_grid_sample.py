@@ -391,6 +391,47 @@ def test_large_results_streamed_past_the_caches_keep_the_bits(padding_mode, dtyp
         _cpu.set_isa(previous_isa)
 
 
+@pytest.mark.parametrize("isa", _cpu.supported_isas())
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("padding_mode", PADDINGS)
+def test_large_grid_gradients_streamed_past_the_caches_keep_the_bits(padding_mode, dtype, isa,
+                                                                     monkeypatch):
+    # A grad_grid of 9 MB (float32; 18 MB float64) on a cache line, as volsample allocates
+    # it: each SIMD build writes its whole blocks of points with non-temporal stores.
+    # PyTorch's bits, for any thread count, both gradients; and the same bits into a
+    # grad_grid one element off a line, whose blocks are stored plainly.
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal((1, 2, 16, 20, 24)).astype(dtype)
+    grid = rng.uniform(-1.2, 1.2, (1, 64, 64, 192, 3)).astype(dtype)
+    grad_output = rng.standard_normal((1, 2, 64, 64, 192)).astype(dtype)
+    expected = torch_grid_sample_backward(grad_output, x, grid, "bilinear", padding_mode, False)
+    assert expected[1].nbytes >= 8 << 20
+    raw = np.empty(grid.size + 17, dtype)
+    offset = (-raw.ctypes.data % 64) // raw.itemsize + 1
+    misaligned = raw[offset:offset + grid.size].reshape(grid.shape)
+    call = _calls.grid_sample(_calls.operand("input", x), _calls.operand("grid", grid), 0,
+                              PADDING_CODE[padding_mode], False)
+    threads, previous_isa = volsample.get_num_threads(), _cpu.isa()
+    try:
+        _cpu.set_isa(isa)
+        for n in sorted({1, 2, threads}):
+            volsample.set_num_threads(n)
+            got = volsample.grid_sample_3d_backward(grad_output, x, grid, "bilinear",
+                                                    padding_mode, False)
+            assert got[1].ctypes.data % 64 == 0
+            for name, a, b in zip(("grad_input", "grad_grid"), got, expected):
+                assert_bitwise_equal(f"{n} threads, {name}", a, b)
+            grad_input = np.full_like(x, np.nan)
+            misaligned[...] = np.nan
+            cpu_grid.backward(call, grad_output, x, grid, grad_input, misaligned, n)
+            assert_bitwise_equal(f"{n} threads, off a cache line", misaligned, expected[1])
+            assert_bitwise_equal(f"{n} threads, beside it", grad_input, expected[0])
+    finally:
+        volsample.set_num_threads(threads)
+        _cpu.set_isa(previous_isa)
+
+
 def _strategy_case(strategy, rng):
     """Inputs that send the backward down each of its parallel strategies on two threads:
     a grid close to the identity (rows in one or two planes: slabs of planes, some rows

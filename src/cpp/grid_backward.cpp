@@ -112,6 +112,17 @@ struct Backward {
     return gout + row.n * s[0] + row.d * s[2] + row.h * s[3];
   }
 
+  // A hint to fetch row i's coordinates and its first channel's grad_output (all its
+  // channels, channels last) while the row before it is worked (prefetch_span).
+  void prefetch_row(int64_t i) const {
+    if (i >= g.rows) return;
+    const Row row(i, g);
+    source.prefetch(row, g);
+    const int64_t* s = a.grad_output.stride;
+    if (s[4] == 1 || s[4] == g.C)
+      prefetch_span(gout_row(row), (s[4] == 1 ? g.Wo : g.Wo * g.C) * int64_t(sizeof(S)));
+  }
+
   // Points [w, w + L) of a row: with SCATTER, their scatter terms are added into
   // grad_input's corners (those on the task's planes), channel by channel; with GATHER,
   // their coordinate terms are summed over the channels and their grid gradient stored.
@@ -512,6 +523,7 @@ struct Backward {
         zeroed = reach;
       }
       source.fill(row, g, work.coords);
+      prefetch_row(i + 1);  // most often this slab's next row
       if (need_grid && share.owner) sweep(work.both, work.coords, row, share.planes);
       else sweep(work.scatter, work.coords, row, share.planes);
     }
@@ -523,6 +535,7 @@ struct Backward {
     for (int64_t i = begin; i < end; ++i) {
       const Row row(i, g);
       source.fill(row, g, work.coords);
+      prefetch_row(i + 1);
       sweep(work.gradient, work.coords, row, {});
     }
   }
@@ -544,6 +557,7 @@ struct Backward {
     if (threads == 1) {  // no OpenMP region: its set-up weighs on a small call
       RowWork work(g.Wo, g.C);
       for (int64_t t = 0; t < tasks; ++t) task(t, work);
+      stream_fence();  // the sink's streamed stores, if any, before the results are read
       return;
     }
     TeamCpus team(threads);
@@ -553,6 +567,7 @@ struct Backward {
       RowWork work(g.Wo, g.C);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t t = 0; t < tasks; ++t) task(t, work);
+      stream_fence();
     }
   }
 };
@@ -605,7 +620,9 @@ void grid_sample_backward(const GridSampleArgs& a) {
   grid::by_backward_types(a, [&](auto s, auto g, auto mode) {
     using G = decltype(g);
     grid::run_backward<decltype(s), G, decltype(mode)::value>(
-        a, grid::GridRows<G>{a.grid}, grid::GridGradientStore<G>{a.grad_grid});
+        a, grid::GridRows<G>{a.grid},
+        grid::GridGradientStore<G>{a.grad_grid,
+                                   grid::GridGradientStore<G>::streams_past_caches(a.grad_grid)});
   });
 }
 

@@ -125,7 +125,9 @@ void plane_span(T low, T high, int64_t D, bool align_corners, int64_t& first, in
 
 // The planes [first, last] of one batch that the points of z coordinates z[0, count) can
 // touch (a superset; first > last if none): plane_span of their extremes, or under
-// reflection, whose folding is not monotonic, of each point.
+// reflection, whose folding is not monotonic, of each point. z is read in whole vectors:
+// z[count, ...) up to the next multiple of the ISA's lanes must be readable and NaN (as
+// RowCoords pads its rows).
 template <int MODE, int PADDING, class T>
 void points_planes(const T* z, int64_t count, int64_t D, bool align_corners, int64_t& first,
                    int64_t& last) {
@@ -142,20 +144,23 @@ void points_planes(const T* z, int64_t count, int64_t D, bool align_corners, int
     }
     return;
   }
-  // Four independent extremes (no chain of compares from point to point), then theirs.
-  constexpr int kWays = 4;
-  T low[kWays], high[kWays];
-  for (int u = 0; u < kWays; ++u) low[u] = T(INFINITY), high[u] = T(-INFINITY);
-  for (int64_t w = 0; w < count; w += kWays)
-    for (int u = 0; u < kWays && w + u < count; ++u) {
-      low[u] = z[w + u] < low[u] ? z[w + u] : low[u];  // NaN is passed over
-      high[u] = z[w + u] > high[u] ? z[w + u] : high[u];
-    }
-  for (int u = 1; u < kWays; ++u) {
-    low[0] = std::min(low[0], low[u]);
-    high[0] = std::max(high[0], high[u]);
+  // The extremes lane by lane (NaN is passed over: it compares false), then across lanes.
+  using V = typename native<T>::type;
+  constexpr int L = lanes<V>::count;
+  V low{T(INFINITY)}, high{T(-INFINITY)};
+  for (int64_t w = 0; w < count; w += L) {
+    const V v = load_<V>(z + w);
+    low = select(v < low, v, low);
+    high = select(high < v, v, high);
   }
-  plane_span<MODE, PADDING>(low[0], high[0], D, align_corners, first, last);
+  alignas(64) T lows[L], highs[L];
+  store_(lows, low);
+  store_(highs, high);
+  for (int l = 1; l < L; ++l) {
+    lows[0] = std::min(lows[0], lows[l]);
+    highs[0] = std::max(highs[0], highs[l]);
+  }
+  plane_span<MODE, PADDING>(lows[0], highs[0], D, align_corners, first, last);
 }
 
 // Each row's lowest and highest input plane (n*D + z) judged from z alone (a superset of

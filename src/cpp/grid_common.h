@@ -187,10 +187,22 @@ struct RowCoords {
   const T* axis(int a) const { return values.data() + a * padded; }
 };
 
+// A hint to fetch the cache lines of `bytes` bytes from p: what a backward task reads of
+// its next row, asked for a row ahead (the row's work, thousands of cycles, hides the
+// wait, which the hardware's prefetchers, tracking the task's many other streams, leave
+// at the row's start). Spans beyond kMostPrefetched are left to the hardware.
+constexpr int64_t kMostPrefetched = 4096;
+inline void prefetch_span(const void* p, int64_t bytes) {
+  if (bytes > kMostPrefetched) return;
+  const char* c = static_cast<const char*>(p);
+  for (int64_t b = 0; b < bytes; b += 64) prefetch_(c + b);
+  prefetch_(c + bytes - 1);
+}
+
 // Where a row's sample coordinates come from: the grid operand (N, Do, Ho, Wo, 3) of
 // storage type G. Every kernel, and the backward's plan, takes its source as a template
 // parameter and gets its coordinates from fill(); a source that computes them instead (a
-// warp's affine map plus displacement, grid_warp.h) offers the same member.
+// warp's affine map plus displacement, grid_warp.h) offers the same members.
 template <class G>
 struct GridRows {
   const Strided& grid;
@@ -213,6 +225,14 @@ struct GridRows {
     if (grid.stride[3] == 3 && grid.stride[4] == 1) split(3, 1);  // a contiguous grid
     else split(grid.stride[3], grid.stride[4]);
   }
+
+  // A hint to fetch the row's coordinates ahead of fill().
+  void prefetch(const Row& row, const Geometry& g) const {
+    if (grid.stride[3] != 3 || grid.stride[4] != 1) return;  // strided: left to the hardware
+    prefetch_span(grid.ptr<G>() + row.n * grid.stride[0] + row.d * grid.stride[1] +
+                      row.h * grid.stride[2],
+                  3 * g.Wo * int64_t(sizeof(G)));
+  }
 };
 
 // Where a point's grid gradient goes: the grad_grid operand, shaped like the grid, of
@@ -225,6 +245,18 @@ struct GridRows {
 template <class G>
 struct GridGradientStore {
   const Strided& grad_grid;
+  bool streamed = false;  // whole blocks go past the caches (streams_past_caches)
+
+  // Whether a grad_grid's whole aligned blocks are written past the caches: a large one
+  // whose points are adjacent (the backward's largest result, written once: reading its
+  // lines for ownership would cost as much memory traffic again, and evict the volume's
+  // rows that the scatter reuses).
+  static bool streams_past_caches(const Strided& grad_grid) {
+    const int64_t* s = grad_grid.stride;
+    const int64_t* n = grad_grid.shape;
+    return !grad_grid.empty() && s[4] == 1 && s[3] == 3 &&
+           n[0] * n[1] * n[2] * n[3] * 3 * int64_t(sizeof(G)) >= kStreamedResultBytes;
+  }
 
   bool wanted() const { return !grad_grid.empty(); }
 
@@ -242,6 +274,19 @@ struct GridGradientStore {
         storage<G>::template store<T>(p + l * point + 2 * axis, gz[l]);
       }
     };
+    using V = typename native<T>::type;
+    if constexpr (std::is_same_v<G, T> && lanes<V>::count == L) {
+      if (streamed && valid == L && reinterpret_cast<uintptr_t>(p) % sizeof(V) == 0) {
+        alignas(64) T points[3 * L];  // the block's 3 L values, interleaved
+        for (int64_t l = 0; l < L; ++l) {
+          points[3 * l] = gx[l];
+          points[3 * l + 1] = gy[l];
+          points[3 * l + 2] = gz[l];
+        }
+        for (int k = 0; k < 3; ++k) stream_(p + k * L, load_<V>(points + k * L));
+        return;
+      }
+    }
     if (s[3] == 3 && s[4] == 1 && valid == L) interleave(3, 1, L);  // constants: vectorised
     else interleave(s[3], s[4], valid);
   }

@@ -76,6 +76,14 @@ struct WarpRows {
     if (s[3] == 3 && s[4] == 1) add(3, 1);  // a contiguous displacement
     else add(s[3], s[4]);
   }
+
+  // A hint to fetch the row's displacement ahead of fill() (GridRows::prefetch).
+  void prefetch(const Row& row, const Geometry& g) const {
+    const int64_t* s = displacement.stride;
+    if (displacement.empty() || s[3] != 3 || s[4] != 1) return;
+    prefetch_span(displacement.ptr<G>() + row.n * s[0] + row.d * s[1] + row.h * s[2],
+                  3 * g.Wo * int64_t(sizeof(G)));
+  }
 };
 
 // A warp's grid-gradient sink. The displacement's gradient is the coordinates' times the
