@@ -194,9 +194,9 @@ struct RowCoords {
 constexpr int64_t kMostPrefetched = 4096;
 inline void prefetch_span(const void* p, int64_t bytes) {
   if (bytes > kMostPrefetched) return;
-  const char* c = static_cast<const char*>(p);
-  for (int64_t b = 0; b < bytes; b += 64) prefetch_(c + b);
-  prefetch_(c + bytes - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes);
+  for (uintptr_t line = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(63); line < end; line += 64)
+    prefetch_(reinterpret_cast<const void*>(line));
 }
 
 // Where a row's sample coordinates come from: the grid operand (N, Do, Ho, Wo, 3) of

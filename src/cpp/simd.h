@@ -45,9 +45,14 @@ template <class V> inline V load_(const scalar_of<V>* p) { return *p; }
 template <class T> inline void store_(T* p, T v) { *p = v; }
 inline unsigned bits_of(bool m) { return unsigned(m); }  // bit l: lane l is on
 
-// A hint to fetch p's cache line (no-op where the compiler has no builtin).
+// A hint to fetch p's cache line (no-op where the compiler has neither). On x86 an asm
+// statement the compiler must keep: GCC 12 judges a function that only prefetches (a
+// source's prefetch member, say) to be const, and deletes the calls whose result, none,
+// goes unused.
 inline void prefetch_(const void* p) {
-#if defined(__GNUC__) || defined(__clang__)
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#elif defined(__GNUC__) || defined(__clang__)
   __builtin_prefetch(p);
 #else
   (void)p;
