@@ -76,6 +76,7 @@ struct Backward {
   int64_t gi_offsets[8];
   bool channel_vectors;  // grad_input's channels adjacent: scatter them together (corners)
   bool run_adds;         // runs of points may scatter as vectors (PointBlock::scatter_runs)
+  bool fetch_rows;       // each row's coordinates and grad_output fetched a row ahead
 
   Backward(const GridSampleArgs& args, const Source& points, const Sink& gradient_sink)
       : a(args), g(args), source(points), sink(gradient_sink), gout(args.grad_output.ptr<S>()),
@@ -83,7 +84,8 @@ struct Backward {
         channel_vectors(taps_of<MODE> != kTaps && gin && args.grad_input.stride[1] == 1 &&
                         g.C >= kMinChannelVectors),
         run_adds(has_run_add<V>::value && MODE == BILINEAR && gin &&
-                 runs_keep_rows_apart(args.grad_input.stride)) {
+                 runs_keep_rows_apart(args.grad_input.stride)),
+        fetch_rows(fetches_rows(g, sizeof(G))) {
     if (gin) corner_offsets(a.grad_input, gi_offsets);
   }
 
@@ -115,7 +117,7 @@ struct Backward {
   // A hint to fetch row i's coordinates and its first channel's grad_output (all its
   // channels, channels last) while the row before it is worked (prefetch_span).
   void prefetch_row(int64_t i) const {
-    if (i >= g.rows) return;
+    if (!fetch_rows || i >= g.rows) return;
     const Row row(i, g);
     source.prefetch(row, g);
     const int64_t* s = a.grad_output.stride;

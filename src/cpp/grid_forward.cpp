@@ -79,6 +79,7 @@ struct Forward {
   int64_t blocks;     // of L points per row
   bool streamed;
   bool fetch_crossings;
+  bool fetch_rows;  // each row's coordinates fetched while the row before is sampled
 
   Forward(const GridSampleArgs& args, const Source& points)
       : a(args), g(args), source(points), is(args.input.stride), os(args.output.stride),
@@ -90,6 +91,7 @@ struct Forward {
     streamed = MODE == BILINEAR && std::is_same_v<S, T> && os[4] == 1 &&
                g.N * g.C * g.Do * g.Ho * g.Wo * int64_t(sizeof(S)) >= kStreamedResultBytes;
     fetch_crossings = g.C * g.D * g.H * g.W * int64_t(sizeof(S)) >= kFetchCrossingsBytes;
+    fetch_rows = fetches_rows(g, sizeof(G));
   }
 
   // Nearest: each point's voxel copied exactly, every channel; 0 outside.
@@ -174,6 +176,7 @@ struct Forward {
     for (int64_t i = begin; i < end; ++i) {
       const Row row(i, g);
       source.fill(row, g, r);
+      if (fetch_rows && i + 1 < end) source.prefetch(Row(i + 1, g), g);
       if constexpr (MODE == NEAREST) nearest_row(r, row);
       else if constexpr (taps_of<MODE> == kTaps) cubic_row(r, row);
       else trilinear_row(r, row, samplers);
