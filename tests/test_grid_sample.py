@@ -2,6 +2,7 @@
 reference, finite differences and exact closed forms."""
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import ml_dtypes
@@ -355,6 +356,29 @@ def test_unhashable_arguments_are_named(argument, value):
         volsample.grid_sample_3d_backward(np.zeros((1, 1, 1, 1, 2), np.float32), x, grid)
 
 
+def _off_a_cache_line(shape, dtype):
+    """An uninitialised array one element past a 64-byte line: the kernels store its
+    vectors plainly where they stream an aligned result's."""
+    size = int(np.prod(shape))
+    raw = np.empty(size + 17, dtype)
+    offset = (-raw.ctypes.data % 64) // raw.itemsize + 1
+    return raw[offset:offset + size].reshape(shape)
+
+
+@contextlib.contextmanager
+def _streaming_isa(isa, monkeypatch):
+    """Run on the SIMD build `isa` with every call split across threads; yields the thread
+    counts to try (1, 2 and the current one). Both are restored on the way out."""
+    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
+    threads, previous_isa = volsample.get_num_threads(), _cpu.isa()
+    try:
+        _cpu.set_isa(isa)
+        yield sorted({1, 2, threads})
+    finally:
+        volsample.set_num_threads(threads)
+        _cpu.set_isa(previous_isa)
+
+
 @pytest.mark.parametrize("isa", _cpu.supported_isas())
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("padding_mode", PADDINGS)
@@ -364,31 +388,23 @@ def test_large_results_streamed_past_the_caches_keep_the_bits(padding_mode, dtyp
     # each SIMD build writes its whole vectors with non-temporal stores. PyTorch's bits, for
     # any thread count; and the same bits from a result one element off a line, whose vectors
     # it stores plainly.
-    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
     rng = np.random.default_rng(21)
     x = rng.standard_normal((1, 4, 16, 20, 24)).astype(dtype)
     grid = rng.uniform(-1.2, 1.2, (1, 64, 64, 128, 3)).astype(dtype)
     expected = torch_grid_sample(x, grid, "bilinear", padding_mode, False)
     assert expected.nbytes >= 8 << 20
-    raw = np.empty(expected.size + 17, dtype)
-    offset = (-raw.ctypes.data % 64) // raw.itemsize + 1
-    misaligned = raw[offset:offset + expected.size].reshape(expected.shape)
-    threads, previous_isa = volsample.get_num_threads(), _cpu.isa()
-    try:
-        _cpu.set_isa(isa)
-        for n in sorted({1, 2, threads}):
+    misaligned = _off_a_cache_line(expected.shape, dtype)
+    call = _calls.grid_sample(_calls.operand("input", x), _calls.operand("grid", grid), 0,
+                              PADDING_CODE[padding_mode], False)
+    with _streaming_isa(isa, monkeypatch) as thread_counts:
+        for n in thread_counts:
             volsample.set_num_threads(n)
             out = volsample.grid_sample_3d(x, grid, "bilinear", padding_mode, False)
             assert out.ctypes.data % 64 == 0
             assert_bitwise_equal(f"{n} threads", out, expected)
             misaligned[...] = np.nan
-            call = _calls.grid_sample(_calls.operand("input", x), _calls.operand("grid", grid),
-                                      0, PADDING_CODE[padding_mode], False)
             cpu_grid.forward(call, x, grid, misaligned, n)
             assert_bitwise_equal(f"{n} threads, off a cache line", misaligned, expected)
-    finally:
-        volsample.set_num_threads(threads)
-        _cpu.set_isa(previous_isa)
 
 
 @pytest.mark.parametrize("isa", _cpu.supported_isas())
@@ -400,22 +416,17 @@ def test_large_grid_gradients_streamed_past_the_caches_keep_the_bits(padding_mod
     # it: each SIMD build writes its whole blocks of points with non-temporal stores.
     # PyTorch's bits, for any thread count, both gradients; and the same bits into a
     # grad_grid one element off a line, whose blocks are stored plainly.
-    monkeypatch.setattr(volsample._cpu, "MIN_WORK_PER_THREAD", 1)
     rng = np.random.default_rng(22)
     x = rng.standard_normal((1, 2, 16, 20, 24)).astype(dtype)
     grid = rng.uniform(-1.2, 1.2, (1, 64, 64, 192, 3)).astype(dtype)
     grad_output = rng.standard_normal((1, 2, 64, 64, 192)).astype(dtype)
     expected = torch_grid_sample_backward(grad_output, x, grid, "bilinear", padding_mode, False)
     assert expected[1].nbytes >= 8 << 20
-    raw = np.empty(grid.size + 17, dtype)
-    offset = (-raw.ctypes.data % 64) // raw.itemsize + 1
-    misaligned = raw[offset:offset + grid.size].reshape(grid.shape)
+    misaligned = _off_a_cache_line(grid.shape, dtype)
     call = _calls.grid_sample(_calls.operand("input", x), _calls.operand("grid", grid), 0,
                               PADDING_CODE[padding_mode], False)
-    threads, previous_isa = volsample.get_num_threads(), _cpu.isa()
-    try:
-        _cpu.set_isa(isa)
-        for n in sorted({1, 2, threads}):
+    with _streaming_isa(isa, monkeypatch) as thread_counts:
+        for n in thread_counts:
             volsample.set_num_threads(n)
             got = volsample.grid_sample_3d_backward(grad_output, x, grid, "bilinear",
                                                     padding_mode, False)
@@ -427,9 +438,6 @@ def test_large_grid_gradients_streamed_past_the_caches_keep_the_bits(padding_mod
             cpu_grid.backward(call, grad_output, x, grid, grad_input, misaligned, n)
             assert_bitwise_equal(f"{n} threads, off a cache line", misaligned, expected[1])
             assert_bitwise_equal(f"{n} threads, beside it", grad_input, expected[0])
-    finally:
-        volsample.set_num_threads(threads)
-        _cpu.set_isa(previous_isa)
 
 
 def _strategy_case(strategy, rng):
