@@ -54,7 +54,7 @@ _TRAFFIC = (("the plan: each output row's planes (one parallel read of the grid)
             ("the grid, read again by the slabs (a row fetched while the one before is worked)",
              "12", "L3", "memory"),
             ("grad_output", "4", "L3", "memory"),
-            ("grad_grid, written past the caches (8 MB and more: no line read first)", "12",
+            ("grad_grid, written past the caches (32 MiB and more: no line read first)", "12",
              "L3", "memory"),
             ("input: 8 corners a point (32 bytes of loads)", "4 beyond L2", "L2, L3",
              "memory once, then L3 a plane later"),
