@@ -187,18 +187,18 @@ struct RowCoords {
   const T* axis(int a) const { return values.data() + a * padded; }
 };
 
-// A hint to fetch the cache lines of `bytes` bytes from p: what a backward task reads of
-// its next row, asked for a row ahead (the row's work, thousands of cycles, hides the
-// wait, which the hardware's prefetchers, tracking the task's many other streams, leave
-// at the row's start). Spans beyond kMostPrefetched are left to the hardware.
-constexpr int64_t kMostPrefetched = 4096;
-
 // Grids from this size on have each row's coordinates fetched a row ahead; a smaller one
 // stays in a core's L2 between the passes over it, where the fetches only cost.
 constexpr int64_t kFetchRowsBytes = int64_t(1) << 20;
 inline bool fetches_rows(const Geometry& g, int64_t coordinate_bytes) {
   return g.rows * g.Wo * 3 * coordinate_bytes >= kFetchRowsBytes;
 }
+
+// A hint to fetch the cache lines of `bytes` bytes from p: what a task reads of its next
+// row, asked for a row ahead (the row's work, thousands of cycles, hides the wait, which
+// the hardware's prefetchers, tracking the task's many other streams, leave at the row's
+// start). Spans beyond kMostPrefetched are left to the hardware.
+constexpr int64_t kMostPrefetched = 4096;
 inline void prefetch_span(const void* p, int64_t bytes) {
   if (bytes > kMostPrefetched) return;
   const uintptr_t end = reinterpret_cast<uintptr_t>(p) + uintptr_t(bytes);
